@@ -1,0 +1,78 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// Settings every target of the package is held to: Swift 6 language mode (set by the tools
+/// version) with complete strict concurrency, and the upcoming features that make imports explicit.
+let strictSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "SnapshotDB",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "SnapshotDB", targets: ["SnapshotDB"]),
+        .library(name: "SnapshotDBInspection", targets: ["SnapshotDBInspection"]),
+        .executable(name: "snapshotdb", targets: ["snapshotdb"]),
+        .executable(name: "snapshotdb-stress", targets: ["snapshotdb-stress"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
+        .target(
+            name: "SnapshotDBInspection",
+            swiftSettings: strictSettings
+        ),
+        .target(
+            name: "SnapshotDB",
+            dependencies: [
+                "CSQLite",
+                "SnapshotDBInspection",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "snapshotdb",
+            dependencies: [
+                "CSQLite",
+                "SnapshotDBInspection",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "snapshotdb-stress",
+            dependencies: [
+                "SnapshotDB",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "SnapshotDBTests",
+            dependencies: [
+                "SnapshotDB",
+                "CSQLite",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "SnapshotDBInspectionTests",
+            dependencies: ["SnapshotDBInspection", "snapshotdb"],
+            swiftSettings: strictSettings
+        ),
+    ]
+)

@@ -1,0 +1,1 @@
+print("snapshotdb-stress: not yet")
