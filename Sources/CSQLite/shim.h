@@ -19,6 +19,10 @@ static inline int snapshotdb_file_control_persist_wal(sqlite3 *db, int enabled) 
     return sqlite3_file_control(db, "main", SQLITE_FCNTL_PERSIST_WAL, &value);
 }
 
+static inline int snapshotdb_db_config_enable_trigger(sqlite3 *db, int enabled) {
+    return sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_TRIGGER, enabled, (int *)0);
+}
+
 // SQLITE_TRANSIENT is a macro over a function-pointer cast that Swift cannot import.
 static const sqlite3_destructor_type snapshotdb_transient = SQLITE_TRANSIENT;
 

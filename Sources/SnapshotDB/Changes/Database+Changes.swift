@@ -1,0 +1,79 @@
+public import Dispatch
+internal import Foundation
+internal import Synchronization
+
+extension Database {
+    /// Every commit published after this call, in commit order, without gaps.
+    ///
+    /// Any number of streams may be open at once. Each buffers at most
+    /// ``Configuration/changesBufferLimit`` changesets; a consumer that falls further behind has
+    /// its stream finished rather than silently miss a commit (a bookmarked connection then
+    /// catches up exactly with ``Connection/beginLongLivedReadTransaction()``). The stream ends
+    /// when the consuming task is cancelled or the database is released.
+    ///
+    /// ```swift
+    /// for await _ in db.changes() {
+    ///     let changes = try ui.beginLongLivedReadTransaction()
+    ///     if changes.hasChange(inCollection: "items") { reload() }
+    /// }
+    /// ```
+    public func changes() -> AsyncStream<Changeset> {
+        let (stream, continuation) = AsyncStream<Changeset>.makeStream(
+            bufferingPolicy: .bufferingOldest(max(1, configuration.changesBufferLimit)))
+        let id = state.withLock { state in
+            let id = state.makeID()
+            state.subscribers[id] = .stream(continuation)
+            return id
+        }
+        let database = WeakDatabase(self)
+        continuation.onTermination = { _ in
+            database.database?.removeSubscriber(id)
+        }
+        return stream
+    }
+
+    /// Calls `body` on `queue` with every commit published after this call, in commit order
+    /// when `queue` is serial, until the returned observer is cancelled or released.
+    ///
+    /// For code that does not use `async`/`await`; `changes()` is the async form.
+    public func addObserver(
+        on queue: DispatchQueue = .main, _ body: @escaping @Sendable (Changeset) -> Void
+    ) -> ChangeObserver {
+        let id = state.withLock { state in
+            let id = state.makeID()
+            state.subscribers[id] = .observer(queue, body)
+            return id
+        }
+        return ChangeObserver(database: WeakDatabase(self), id: id)
+    }
+
+    func removeSubscriber(_ id: Int) {
+        let removed = state.withLock { $0.subscribers.removeValue(forKey: id) }
+        if case .stream(let continuation) = removed { continuation.finish() }
+    }
+
+    func finishSubscribers() {
+        let subscribers = state.withLock { state in
+            defer { state.subscribers = [:] }
+            return state.subscribers
+        }
+        for case .stream(let continuation) in subscribers.values { continuation.finish() }
+    }
+}
+
+/// A registration made by ``Database/addObserver(on:_:)``; stops delivery when cancelled or
+/// released.
+public final class ChangeObserver: Sendable {
+    private let database: WeakDatabase
+    private let id: Int
+
+    init(database: WeakDatabase, id: Int) {
+        self.database = database
+        self.id = id
+    }
+
+    /// Stops delivery; changesets already queued may still arrive. Safe to call repeatedly.
+    public func cancel() { database.database?.removeSubscriber(id) }
+
+    deinit { cancel() }
+}

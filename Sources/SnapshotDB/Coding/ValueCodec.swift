@@ -1,0 +1,76 @@
+public import Foundation
+
+/// Turns values into the bytes stored for a collection and back.
+///
+/// SnapshotDB ships ``JSONValueCodec`` (the default, readable with the `sqlite3` shell),
+/// ``PropertyListValueCodec`` (binary property lists, compact) and ``RawDataCodec`` (stores
+/// `Data` as is). Register a codec per collection with ``Database/register(_:forCollection:)``
+/// before the first transaction.
+public protocol ValueCodec: Sendable {
+    /// Encodes `value`; throws when the value cannot be represented.
+    func encode<T: Encodable>(_ value: T) throws -> Data
+    /// Decodes a `T` from `data`; throws when the bytes are not a `T`.
+    func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T
+}
+
+/// The default codec: JSON through Foundation's `JSONEncoder` and `JSONDecoder`.
+public struct JSONValueCodec: ValueCodec {
+    /// Creates the codec.
+    public init() {}
+
+    /// Encodes `value` as JSON with sorted keys, so equal values store equal bytes.
+    public func encode<T: Encodable>(_ value: T) throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return try encoder.encode(value)
+    }
+
+    /// Decodes JSON.
+    public func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
+        try JSONDecoder().decode(type, from: data)
+    }
+}
+
+/// Binary property lists through Foundation's `PropertyListEncoder` and `PropertyListDecoder`.
+public struct PropertyListValueCodec: ValueCodec {
+    /// Creates the codec.
+    public init() {}
+
+    /// Encodes `value` as a binary property list.
+    public func encode<T: Encodable>(_ value: T) throws -> Data {
+        let encoder = PropertyListEncoder()
+        encoder.outputFormat = .binary
+        return try encoder.encode(value)
+    }
+
+    /// Decodes a property list (binary or XML).
+    public func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
+        try PropertyListDecoder().decode(type, from: data)
+    }
+}
+
+/// Stores `Data` values byte for byte; any other type is refused with a typed error.
+public struct RawDataCodec: ValueCodec {
+    /// The error a ``RawDataCodec`` throws for a value that is not `Data`.
+    public struct NotData: Error, CustomStringConvertible {
+        /// The type that was offered.
+        public let typeName: String
+        /// Explains that only `Data` is accepted.
+        public var description: String { "RawDataCodec stores only Data, not \(typeName)" }
+    }
+
+    /// Creates the codec.
+    public init() {}
+
+    /// Returns `value` itself when it is `Data`.
+    public func encode<T: Encodable>(_ value: T) throws -> Data {
+        guard let data = value as? Data else { throw NotData(typeName: String(describing: T.self)) }
+        return data
+    }
+
+    /// Returns the bytes when `T` is `Data`.
+    public func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
+        guard let value = data as? T else { throw NotData(typeName: String(describing: T.self)) }
+        return value
+    }
+}

@@ -1,0 +1,143 @@
+internal import Dispatch
+internal import Foundation
+internal import Synchronization
+
+/// A connection to a ``Database``: one SQLite handle with its statement cache, its value cache
+/// and, optionally, a bookmarked snapshot.
+///
+/// Connections are `Sendable`; calls from many threads or tasks are serialized on the
+/// connection. Give each independent line of work its own connection: a UI connection that
+/// bookmarks snapshots, one or more writer connections.
+///
+/// ```swift
+/// let ui = db.newConnection(name: "ui")
+/// try ui.beginLongLivedReadTransaction()           // bookmark the current commit
+/// let title = try ui.read { try $0.value(forKey: "1", inCollection: "items", as: Item.self)?.title }
+/// let changes = try ui.beginLongLivedReadTransaction()   // advance, with what changed
+/// ```
+public final class Connection: Sendable {
+    /// The connection's name, used in changesets and checkpoint warnings.
+    public let name: String
+    /// The database this connection belongs to.
+    public let database: Database
+    let id: Int
+    private let queue: DispatchQueue
+    private let core: ConnectionCore
+
+    /// Marks each connection's queue, so that a nested call on the same connection is reported
+    /// as misuse instead of deadlocking.
+    private static let queueKey = DispatchSpecificKey<Int>()
+
+    init(database: Database, name: String) {
+        self.name = name
+        self.database = database
+        self.id = database.registerConnection(name: name)
+        self.queue = DispatchQueue(label: "snapshotdb.connection.\(name)")
+        self.core = ConnectionCore(database: database, name: name, id: id)
+        queue.setSpecific(key: Self.queueKey, value: id)
+    }
+
+    deinit {
+        database.unregisterConnection(id)
+    }
+
+    private func serialized<T>(_ body: (ConnectionCore) throws -> T) throws -> T {
+        if DispatchQueue.getSpecific(key: Self.queueKey) == id {
+            throw DatabaseError(
+                .misuse,
+                "connection '\(name)' was used from inside one of its own transactions; "
+                    + "use the transaction you were given, or another connection")
+        }
+        return try queue.sync { try body(core) }
+    }
+
+    private func serializedAsync<T: Sendable>(
+        _ body: @escaping @Sendable (ConnectionCore) throws -> T
+    ) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { [core] in
+                continuation.resume(with: Result { try body(core) })
+            }
+        }
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in a read transaction and returns its result.
+    ///
+    /// With a bookmark, `body` reads the bookmarked commit; otherwise it reads the newest commit
+    /// at the moment the transaction starts, and keeps reading that commit until it returns.
+    /// The transaction is valid only inside `body`.
+    ///
+    /// - Throws: what `body` throws; ``DatabaseError`` when SQLite fails, or `misuse` when
+    ///   called from inside another transaction of this connection.
+    public func read<T>(_ body: (ReadTransaction) throws -> T) throws -> T {
+        try serialized { try $0.read(body) }
+    }
+
+    /// Runs `body` in a read-write transaction: it commits when `body` returns and rolls back
+    /// when `body` throws (rethrowing) or calls ``ReadWriteTransaction/rollback()``.
+    ///
+    /// Read-write transactions of one database run one at a time (`BEGIN IMMEDIATE` behind the
+    /// database's writer lock). A transaction that changes at least one value produces exactly
+    /// one commit and one ``Changeset``; one that changes nothing produces neither.
+    ///
+    /// - Throws: ``DatabaseError/Code/longLivedReadTransactionActive`` when this connection
+    ///   holds a bookmark (nothing is changed), `walLimitExceeded` when the configured WAL hard
+    ///   limit is passed, `diskFull` and other ``DatabaseError``s from SQLite (nothing is
+    ///   committed), and what `body` throws.
+    public func readWrite<T>(_ body: (ReadWriteTransaction) throws -> T) throws -> T {
+        try serialized { try $0.readWrite(body) }
+    }
+
+    /// The `async` form of ``read(_:)``: runs on the connection's queue, off the caller's
+    /// thread.
+    public func read<T: Sendable>(
+        _ body: @escaping @Sendable (ReadTransaction) throws -> T
+    ) async throws -> T {
+        try await serializedAsync { try $0.read(body) }
+    }
+
+    /// The `async` form of ``readWrite(_:)``: runs on the connection's queue, off the caller's
+    /// thread.
+    public func readWrite<T: Sendable>(
+        _ body: @escaping @Sendable (ReadWriteTransaction) throws -> T
+    ) async throws -> T {
+        try await serializedAsync { try $0.readWrite(body) }
+    }
+
+    // MARK: Long-lived read transactions
+
+    /// Bookmarks the newest commit, ending the current bookmark if any, and returns the
+    /// changesets of every commit between the two, in order, each exactly once.
+    ///
+    /// The advance is atomic: no read on this connection observes a state between the old and
+    /// the new snapshot. The first call returns `[]`, and so does a call when nothing was
+    /// committed since the last one. Until the next call or
+    /// ``endLongLivedReadTransaction()``, every ``read(_:)`` sees exactly the bookmarked commit,
+    /// however many commits other connections make. A bookmark pins the WAL: advance it when
+    /// you can (the checkpoint monitor names connections that lag).
+    ///
+    /// - Throws: ``DatabaseError`` when SQLite cannot begin the read transaction; then the
+    ///   connection holds no bookmark.
+    @discardableResult
+    public func beginLongLivedReadTransaction() throws -> [Changeset] {
+        try serialized { try $0.beginLongLivedReadTransaction() }
+    }
+
+    /// Releases the bookmark, if any; later reads see the newest commit again.
+    public func endLongLivedReadTransaction() throws {
+        try serialized { try $0.endLongLivedReadTransaction() }
+    }
+
+    /// Whether the connection holds a bookmark.
+    public var isInLongLivedReadTransaction: Bool {
+        database.connectionRecord(id)?.isBookmark ?? false
+    }
+
+    /// The commit this connection's bookmark sees, or else the commit its last transaction saw.
+    public var snapshot: UInt64 {
+        guard let record = database.connectionRecord(id) else { return 0 }
+        return record.snapshot ?? record.lastSnapshot
+    }
+}

@@ -1,0 +1,285 @@
+internal import Foundation
+
+/// The state of one connection, touched only on the connection's serial queue.
+///
+/// `@unchecked Sendable` is sound because ``Connection`` is the only owner of a core and runs
+/// every method of it inside `queue.sync` or `queue.async` on its own serial queue; the core is
+/// never reachable from another thread.
+final class ConnectionCore: @unchecked Sendable {
+    let database: Database
+    let name: String
+    let id: Int
+    let cache: ValueCache
+    private var openedHandle: SQLiteHandle?
+    private var codecs: [String: any ValueCodec]?
+    private let defaultCodec = JSONValueCodec()
+    /// The bookmarked commit while a long-lived read transaction is open.
+    private(set) var bookmark: UInt64?
+
+    init(database: Database, name: String, id: Int) {
+        self.database = database
+        self.name = name
+        self.id = id
+        self.cache = ValueCache(limit: database.configuration.cacheLimit)
+    }
+
+    /// The SQLite handle, opened and configured on first use.
+    func handle() throws(DatabaseError) -> SQLiteHandle {
+        if let openedHandle { return openedHandle }
+        let configuration = database.configuration
+        let handle = try SQLiteHandle(path: database.path)
+        handle.setBusyTimeout(milliseconds: Int32(configuration.busyTimeout / .milliseconds(1)))
+        try handle.configureForSnapshotDB(
+            synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
+        handle.setWALHook(database.checkpointer)
+        openedHandle = handle
+        return handle
+    }
+
+    /// The codec of `collection`; the registry is frozen at the connection's first use.
+    func codec(for collection: String) -> any ValueCodec {
+        if codecs == nil { codecs = database.frozenCodecs() }
+        return codecs?[collection] ?? defaultCodec
+    }
+
+    // MARK: Snapshots
+
+    /// Reads the commit counter and the count of unsealed foreign writes in the open
+    /// transaction; the first read of a deferred transaction also fixes its snapshot.
+    private func readState(_ handle: SQLiteHandle) throws(DatabaseError) -> (commit: UInt64, unsealed: Int64)
+    {
+        let statement = try handle.statement(.readState)
+        defer { statement.reset() }
+        guard try statement.step() else {
+            throw DatabaseError(.corrupt, "the SnapshotDB metadata table has no commit counter")
+        }
+        return (UInt64(max(0, statement.int64(at: 0))), statement.int64(at: 1))
+    }
+
+    /// Begins a deferred read transaction, fixes its snapshot and returns the commit it sees,
+    /// with the cache moved to that commit.
+    ///
+    /// Foreign writes found unsealed are sealed first (given a commit number and an external
+    /// changeset) through the writer path; if that is impossible (a read-only file), the read
+    /// goes on with the cache dropped, which is always safe.
+    private func beginReadSnapshot() throws(DatabaseError) -> UInt64 {
+        let handle = try handle()
+        var attempts = 0
+        while true {
+            try handle.statement(.begin).execute()
+            let state: (commit: UInt64, unsealed: Int64)
+            do throws(DatabaseError) {
+                state = try readState(handle)
+            } catch {
+                endTransaction(handle)
+                throw error
+            }
+            guard state.unsealed != 0 else {
+                moveCache(to: state.commit)
+                return state.commit
+            }
+            attempts += 1
+            if attempts > 2 {
+                database.observe(commit: state.commit)
+                cache.removeAll()
+                cache.commit = state.commit
+                return state.commit
+            }
+            endTransaction(handle)
+            database.writerLock.lock()
+            defer { database.writerLock.unlock() }
+            do {
+                _ = try beginWriteTransaction(handle)
+                endTransaction(handle)
+            } catch {
+                attempts = 3
+            }
+        }
+    }
+
+    /// Begins `BEGIN IMMEDIATE` (the caller holds the writer lock), sealing foreign writes
+    /// first, and returns the commit the transaction starts from.
+    private func beginWriteTransaction(_ handle: SQLiteHandle) throws(DatabaseError) -> UInt64 {
+        while true {
+            try handle.statement(.beginImmediate).execute()
+            do throws(DatabaseError) {
+                let state = try readState(handle)
+                guard state.unsealed != 0 else {
+                    moveCache(to: state.commit)
+                    return state.commit
+                }
+                // Foreign clients changed values without a commit number: give their changes
+                // one commit of their own before this transaction's.
+                database.observe(commit: state.commit)
+                let sealed = state.commit + 1
+                let update = try handle.statement(.writeCommit)
+                try update.bind(Int64(sealed), at: 1)
+                try update.execute()
+                try handle.statement(.sealExternal).execute()
+                database.registerPending(Changeset(commit: sealed, isExternal: true))
+                do throws(DatabaseError) {
+                    try handle.statement(.commit).execute()
+                } catch {
+                    database.discardPending(sealed)
+                    throw error
+                }
+                database.observe(commit: sealed)
+            } catch {
+                endTransaction(handle)
+                throw error
+            }
+        }
+    }
+
+    /// Ends the open transaction without committing anything (reads end this way too).
+    private func endTransaction(_ handle: SQLiteHandle) {
+        if !handle.isAutocommit { try? handle.statement(.rollback).execute() }
+    }
+
+    /// Moves the cache to `commit`, dropping exactly what the commits in between changed, or
+    /// everything when the commit log no longer reaches back to the cache's commit.
+    private func moveCache(to commit: UInt64) {
+        database.observe(commit: commit)
+        guard cache.commit != commit else { return }
+        if commit > cache.commit, let changesets = database.changesets(after: cache.commit, through: commit) {
+            for changeset in changesets { cache.invalidate(with: changeset) }
+        } else {
+            cache.removeAll()
+        }
+        cache.commit = commit
+    }
+
+    private func recordSnapshot(_ commit: UInt64?, bookmark isBookmark: Bool = false) {
+        let now = ContinuousClock.now
+        database.updateConnection(id) { record in
+            record.snapshot = commit
+            record.isBookmark = isBookmark && commit != nil
+            if let commit {
+                record.lastSnapshot = commit
+                record.since = now
+            } else {
+                record.since = nil
+            }
+        }
+    }
+
+    // MARK: Transactions
+
+    func read<T>(_ body: (ReadTransaction) throws -> T) throws -> T {
+        if let bookmark {
+            let transaction = ReadTransaction(core: self, commit: bookmark)
+            defer { transaction.end() }
+            return try body(transaction)
+        }
+        let commit = try beginReadSnapshot()
+        let handle = try handle()
+        recordSnapshot(commit)
+        let transaction = ReadTransaction(core: self, commit: commit)
+        defer {
+            transaction.end()
+            endTransaction(handle)
+            recordSnapshot(nil)
+        }
+        return try body(transaction)
+    }
+
+    func readWrite<T>(_ body: (ReadWriteTransaction) throws -> T) throws -> T {
+        if bookmark != nil {
+            throw DatabaseError(
+                .longLivedReadTransactionActive,
+                "connection '\(name)' holds a long-lived read transaction; write through another connection")
+        }
+        try database.checkWriteAllowed()
+        let handle = try handle()
+        database.writerLock.lock()
+        defer { database.writerLock.unlock() }
+        let start = try beginWriteTransaction(handle)
+        recordSnapshot(start)
+        defer { recordSnapshot(nil) }
+        let transaction = ReadWriteTransaction(core: self, commit: start)
+        do {
+            let result = try body(transaction)
+            transaction.end()
+            guard !transaction.isRollbackRequested, !transaction.changes.isEmpty else {
+                endTransaction(handle)
+                return result
+            }
+            try commit(transaction, from: start, handle: handle)
+            return result
+        } catch {
+            transaction.end()
+            endTransaction(handle)
+            throw error
+        }
+    }
+
+    /// Bumps the counter, registers the changeset, commits and publishes.
+    private func commit(_ transaction: ReadWriteTransaction, from start: UInt64, handle: SQLiteHandle)
+        throws(DatabaseError)
+    {
+        let commit = start + 1
+        let update = try handle.statement(.writeCommit)
+        try update.bind(Int64(commit), at: 1)
+        try update.execute()
+        let changeset = transaction.changes.build(
+            commit: commit, connectionName: name, info: transaction.info)
+        database.registerPending(changeset)
+        do throws(DatabaseError) {
+            try handle.statement(.commit).execute()
+        } catch {
+            database.discardPending(commit)
+            throw error
+        }
+        database.observe(commit: commit)
+        database.updateConnection(id) { $0.lastSnapshot = commit }
+        cache.invalidate(with: changeset)
+        cache.commit = commit
+    }
+
+    // MARK: Long-lived read transactions
+
+    func beginLongLivedReadTransaction() throws -> [Changeset] {
+        let previous = bookmark
+        if previous != nil {
+            // End the old SQLite read transaction but keep the old bookmark registered until
+            // the new one is: it pins the commit log entries this advance must return.
+            bookmark = nil
+            if let openedHandle { endTransaction(openedHandle) }
+        }
+        let commit: UInt64
+        do {
+            commit = try beginReadSnapshot()
+        } catch {
+            recordSnapshot(nil)
+            throw error
+        }
+        var changesets: [Changeset] = []
+        if let previous, commit > previous {
+            // The old bookmark pinned the log since `previous`, so it holds every changeset; the
+            // fallback only guards against a trimmed log, and never skips a commit silently.
+            changesets =
+                database.changesets(after: previous, through: commit)
+                ?? (previous + 1...commit).map { Changeset(commit: $0, isExternal: true) }
+        }
+        bookmark = commit
+        recordSnapshot(commit, bookmark: true)
+        return changesets
+    }
+
+    func endLongLivedReadTransaction() throws {
+        guard bookmark != nil else { return }
+        bookmark = nil
+        if let openedHandle { endTransaction(openedHandle) }
+        recordSnapshot(nil)
+    }
+
+    // MARK: Value access for transactions
+
+    func fetchData(_ key: CacheKey) throws(DatabaseError) -> Data? {
+        let statement = try handle().statement(.getData)
+        defer { statement.reset() }
+        try statement.bind(key.collection, at: 1)
+        try statement.bind(key.key, at: 2)
+        return try statement.step() ? statement.data(at: 0) : nil
+    }
+}

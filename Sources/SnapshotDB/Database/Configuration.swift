@@ -1,0 +1,69 @@
+internal import Foundation
+public import Logging
+
+/// How a ``Database`` opens its file and behaves; every property has a sensible default.
+///
+/// ```swift
+/// var configuration = Configuration()
+/// configuration.synchronous = .normal        // faster commits, may lose the last ones on power loss
+/// configuration.walWarningBytes = 64 << 20   // warn when lagging readers pin 64 MiB of WAL
+/// let db = try Database(path: "app.sqlite", configuration: configuration)
+/// ```
+public struct Configuration: Sendable {
+    /// When SQLite syncs the WAL to stable storage.
+    public enum Synchronous: Sendable, Hashable {
+        /// Sync at every commit: a committed transaction survives power loss (the default).
+        case full
+        /// Sync at checkpoints only: commits stay atomic and consistent, but the last ones
+        /// before a power loss (not a process crash) may be rolled back.
+        case normal
+    }
+
+    /// When SQLite syncs the WAL; `.full` by default.
+    public var synchronous: Synchronous = .full
+
+    /// The permission bits of a newly created database file (`-wal` and `-shm` inherit them);
+    /// owner read/write only (`0o600`) by default. An existing file keeps its mode.
+    public var fileMode: UInt16 = 0o600
+
+    /// How long a connection waits for a lock held by another *process* before failing with
+    /// ``DatabaseError/Code/busy``. Connections of the same `Database` never wait on each other
+    /// except writers, which queue on the database's writer lock.
+    public var busyTimeout: Duration = .seconds(5)
+
+    /// How many values each connection keeps decoded in memory; `0` turns the cache off.
+    public var cacheLimit: Int = 1_000
+
+    /// How many changesets each `Database.changes()` subscriber may have buffered; a subscriber
+    /// that falls further behind has its stream finished (it never silently misses a commit).
+    public var changesBufferLimit: Int = 10_000
+
+    /// How many recent changesets the commit log keeps beyond those that bookmarks pin, so that
+    /// idle connections can invalidate their caches precisely instead of dropping them.
+    public var commitLogRetention: Int = 1_000
+
+    /// The WAL size, in pages, past which a commit asks for a PASSIVE checkpoint.
+    public var checkpointThresholdPages: Int = 1_000
+
+    /// The WAL size in bytes past which the checkpoint monitor warns about the snapshots that
+    /// pin it.
+    public var walWarningBytes: Int64 = 64 << 20
+
+    /// The minimum time between two repeated warnings about the same stall, unless the WAL
+    /// doubled in the meantime.
+    public var warningInterval: Duration = .seconds(60)
+
+    /// An optional hard limit: past this WAL size, new read-write transactions throw
+    /// ``DatabaseError/Code/walLimitExceeded`` naming the snapshots that pin the WAL, until
+    /// they are released. `nil` (the default) never refuses a write.
+    public var walHardLimitBytes: Int64? = nil
+
+    /// The size SQLite truncates a reset WAL to (`PRAGMA journal_size_limit`).
+    public var journalSizeLimit: Int64 = 4 << 20
+
+    /// The logger for checkpoint warnings; label `snapshotdb.checkpoint` by default.
+    public var checkpointLogger = Logger(label: "snapshotdb.checkpoint")
+
+    /// Creates a configuration with every default.
+    public init() {}
+}

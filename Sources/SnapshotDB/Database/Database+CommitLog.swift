@@ -1,0 +1,155 @@
+internal import Dispatch
+internal import Foundation
+internal import Synchronization
+
+/// What a `Database` knows about its connections, its commits and its subscribers; guarded by
+/// `Database.state`.
+struct DatabaseState {
+    /// The newest commit published to the commit log.
+    var latestCommit: UInt64
+    /// Changesets in commit order, contiguous, ending at `latestCommit` when not empty.
+    var commitLog: [Changeset] = []
+    /// Local commits registered just before their SQLite `COMMIT`; published once committed.
+    var pending: [UInt64: Changeset] = [:]
+    var connections: [Int: ConnectionRecord] = [:]
+    var subscribers: [Int: ChangeSubscriber] = [:]
+    var codecs: [String: any ValueCodec] = [:]
+    var codecsFrozen = false
+    var nextID = 1
+
+    init(latestCommit: UInt64) { self.latestCommit = latestCommit }
+
+    mutating func makeID() -> Int {
+        defer { nextID += 1 }
+        return nextID
+    }
+}
+
+/// What the database knows about one connection's snapshot, for the commit log's retention and
+/// for the checkpoint monitor.
+struct ConnectionRecord: Sendable {
+    let name: String
+    /// The commit the connection's open read transaction (bookmark or ordinary) sees.
+    var snapshot: UInt64?
+    /// The commit of the connection's last transaction or bookmark.
+    var lastSnapshot: UInt64 = 0
+    var isBookmark = false
+    /// When the current snapshot was taken.
+    var since: ContinuousClock.Instant?
+}
+
+/// A receiver of published changesets.
+enum ChangeSubscriber: Sendable {
+    case stream(AsyncStream<Changeset>.Continuation)
+    case observer(DispatchQueue, @Sendable (Changeset) -> Void)
+}
+
+extension Database {
+    /// Records a local commit about to be made, so that a reader who sees its counter before the
+    /// writer publishes it still gets the exact changeset.
+    func registerPending(_ changeset: Changeset) {
+        state.withLock { $0.pending[changeset.commit] = changeset }
+    }
+
+    /// Forgets a pending commit whose SQLite `COMMIT` failed.
+    func discardPending(_ commit: UInt64) {
+        _ = state.withLock { $0.pending.removeValue(forKey: commit) }
+    }
+
+    /// Publishes every commit up to `commit`: registered local ones with their changesets, the
+    /// others as external changesets (made by another process).
+    ///
+    /// Called by a writer after its `COMMIT`, and by any connection that observed a counter the
+    /// log does not reach yet. Idempotent and ordered: all callers go through the state lock
+    /// and publish strictly consecutive commit numbers.
+    func observe(commit: UInt64) {
+        state.withLock { state in
+            guard commit > state.latestCommit else { return }
+            for number in (state.latestCommit + 1)...commit {
+                let changeset =
+                    state.pending.removeValue(forKey: number)
+                    ?? Changeset(commit: number, isExternal: true)
+                state.commitLog.append(changeset)
+                state.latestCommit = number
+                deliver(changeset, in: &state)
+            }
+            trimCommitLog(&state)
+        }
+    }
+
+    /// The changesets of the commits in `(after, through]`, in order, or `nil` when the log no
+    /// longer holds all of them.
+    func changesets(after: UInt64, through: UInt64) -> [Changeset]? {
+        guard through > after else { return [] }
+        observe(commit: through)
+        return state.withLock { state in
+            guard let first = state.commitLog.first, first.commit <= after + 1,
+                state.latestCommit >= through
+            else { return nil }
+            let start = Int(after + 1 - first.commit)
+            let end = Int(through - first.commit)
+            return Array(state.commitLog[start...end])
+        }
+    }
+
+    private func deliver(_ changeset: Changeset, in state: inout DatabaseState) {
+        var finished: [Int] = []
+        for (id, subscriber) in state.subscribers {
+            switch subscriber {
+            case .stream(let continuation):
+                if case .dropped = continuation.yield(changeset) {
+                    // The subscriber fell more than `changesBufferLimit` behind: end its stream
+                    // rather than let it miss a commit silently.
+                    continuation.finish()
+                    finished.append(id)
+                }
+            case .observer(let queue, let body):
+                queue.async { body(changeset) }
+            }
+        }
+        for id in finished { state.subscribers[id] = nil }
+    }
+
+    /// Drops changesets that no bookmark can ask for again, keeping the most recent
+    /// `commitLogRetention` for idle connections' cache invalidation.
+    private func trimCommitLog(_ state: inout DatabaseState) {
+        let excess = state.commitLog.count - configuration.commitLogRetention
+        guard excess > 0 else { return }
+        let oldestPinned =
+            state.connections.values.compactMap { $0.isBookmark ? $0.snapshot : nil }.min()
+            ?? state.latestCommit
+        let first = state.commitLog[0].commit
+        // Keep every changeset after the oldest bookmark: that bookmark will ask for them.
+        let removable = oldestPinned >= first ? Int(oldestPinned - first + 1) : 0
+        let count = min(excess, removable)
+        if count > 0 { state.commitLog.removeFirst(count) }
+    }
+
+    /// How many changesets the commit log holds (for tests and the monitor).
+    public var commitLogCount: Int { state.withLock { $0.commitLog.count } }
+
+    func registerConnection(name: String) -> Int {
+        state.withLock { state in
+            let id = state.makeID()
+            state.connections[id] = ConnectionRecord(name: name)
+            return id
+        }
+    }
+
+    func unregisterConnection(_ id: Int) {
+        _ = state.withLock { $0.connections.removeValue(forKey: id) }
+    }
+
+    func updateConnection(_ id: Int, _ update: (inout ConnectionRecord) -> Void) {
+        state.withLock { state in
+            if var record = state.connections[id] {
+                update(&record)
+                state.connections[id] = record
+            }
+        }
+    }
+
+    func connectionRecord(_ id: Int) -> ConnectionRecord? {
+        state.withLock { $0.connections[id] }
+    }
+}

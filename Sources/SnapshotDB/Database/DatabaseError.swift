@@ -1,0 +1,133 @@
+internal import CSQLite
+
+#if canImport(Glibc)
+    internal import Glibc
+#elseif canImport(Darwin)
+    internal import Darwin
+#endif
+
+/// The one error type SnapshotDB throws.
+///
+/// Every error carries a stable ``Code`` that callers match on, a human-readable message, and,
+/// when SQLite produced it, SQLite's extended result code. Codes are an extensible struct, not
+/// an enum, so new codes can be added without breaking `switch` statements in client code.
+///
+/// ```swift
+/// do {
+///     try writer.readWrite { txn in try txn.set(item, forKey: "1", inCollection: "items") }
+/// } catch DatabaseError.Code.diskFull {
+///     showDiskFullAlert()
+/// } catch let error as DatabaseError where error.code == .busy {
+///     retryLater()
+/// }
+/// ```
+public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// A stable identifier for the kind of failure.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        /// The stable name of the code, as printed in messages and logs.
+        public let name: String
+
+        private init(_ name: String) { self.name = name }
+
+        /// The database file is already open in this process (one `Database` per file).
+        public static let alreadyOpen = Code("alreadyOpen")
+        /// The file is not a SQLite database, or is a SQLite database of another application.
+        public static let notADatabase = Code("notADatabase")
+        /// The database is a SnapshotDB database with a schema newer than this library knows.
+        public static let schemaTooNew = Code("schemaTooNew")
+        /// SQLite found the database file, its `-wal` or its `-shm` damaged.
+        public static let corrupt = Code("corrupt")
+        /// The disk (or the file size limit of the process) is full; nothing was committed.
+        public static let diskFull = Code("diskFull")
+        /// The database or its directory cannot be written.
+        public static let readOnly = Code("readOnly")
+        /// The file could not be opened or created.
+        public static let cannotOpen = Code("cannotOpen")
+        /// Another process held a lock past the busy timeout.
+        public static let busy = Code("busy")
+        /// A read-write transaction was attempted on a connection that holds a bookmark.
+        public static let longLivedReadTransactionActive = Code("longLivedReadTransactionActive")
+        /// A transaction was used after the closure that received it returned.
+        public static let transactionEnded = Code("transactionEnded")
+        /// A stored value could not be decoded as the requested type.
+        public static let decodingFailed = Code("decodingFailed")
+        /// A value could not be encoded by the collection's codec.
+        public static let encodingFailed = Code("encodingFailed")
+        /// A value or key is larger than SQLite accepts.
+        public static let valueTooLarge = Code("valueTooLarge")
+        /// The WAL passed the configured hard limit because snapshots pin it; writes are refused.
+        public static let walLimitExceeded = Code("walLimitExceeded")
+        /// The API was used in a way it does not allow (for example a nested transaction).
+        public static let misuse = Code("misuse")
+        /// Any other SQLite error; ``DatabaseError/sqliteCode`` holds SQLite's result code.
+        public static let sqlite = Code("sqlite")
+
+        /// The code's name.
+        public var description: String { name }
+
+        /// Matches a thrown error against a code, so codes can be used as `catch` patterns.
+        public static func ~= (code: Code, error: any Error) -> Bool {
+            (error as? DatabaseError)?.code == code
+        }
+    }
+
+    /// What kind of failure this is.
+    public let code: Code
+    /// A message for people: what failed and why, including SQLite's own message when it has one.
+    public let message: String
+    /// SQLite's extended result code, when SQLite reported the failure.
+    public let sqliteCode: Int32?
+    /// The collection involved, when the failure concerns one value.
+    public let collection: String?
+    /// The key involved, when the failure concerns one value.
+    public let key: String?
+    /// The Swift type involved in a decoding or encoding failure.
+    public let typeName: String?
+
+    /// Creates an error; SnapshotDB creates these, clients usually only match them.
+    public init(
+        _ code: Code, _ message: String, sqliteCode: Int32? = nil, collection: String? = nil,
+        key: String? = nil, typeName: String? = nil
+    ) {
+        self.code = code
+        self.message = message
+        self.sqliteCode = sqliteCode
+        self.collection = collection
+        self.key = key
+        self.typeName = typeName
+    }
+
+    /// `code: message`, plus SQLite's result code when there is one.
+    public var description: String {
+        var text = "\(code): \(message)"
+        if let sqliteCode { text += " (SQLite result code \(sqliteCode))" }
+        return text
+    }
+}
+
+extension DatabaseError {
+    /// Maps a SQLite result code, with the handle's message and the `errno` SQLite saw, to the
+    /// matching code.
+    ///
+    /// SQLite reports a write refused for lack of space as `SQLITE_FULL` when the write was
+    /// short, but as `SQLITE_IOERR_WRITE` when it failed outright with `ENOSPC` or `EFBIG`
+    /// (a file size limit); the system error number tells those apart from a failing device.
+    static func sqlite(
+        _ resultCode: Int32, message: String, systemErrno: Int32 = 0, context: String? = nil
+    ) -> DatabaseError {
+        let code: Code
+        switch resultCode & 0xFF {
+        case SQLITE_FULL: code = .diskFull
+        case SQLITE_CORRUPT: code = .corrupt
+        case SQLITE_NOTADB: code = .notADatabase
+        case SQLITE_READONLY: code = .readOnly
+        case SQLITE_BUSY, SQLITE_LOCKED: code = .busy
+        case SQLITE_TOOBIG: code = .valueTooLarge
+        case SQLITE_CANTOPEN: code = .cannotOpen
+        case SQLITE_IOERR where systemErrno == ENOSPC || systemErrno == EFBIG: code = .diskFull
+        default: code = .sqlite
+        }
+        let text = context.map { "\($0): \(message)" } ?? message
+        return DatabaseError(code, text, sqliteCode: resultCode)
+    }
+}

@@ -1,0 +1,148 @@
+internal import Foundation
+
+#if canImport(Glibc)
+    internal import Glibc
+#elseif canImport(Darwin)
+    internal import Darwin
+#endif
+
+/// The on-disk format of a SnapshotDB database and its explicit migrations.
+///
+/// - `PRAGMA application_id` marks the file as SnapshotDB's; `PRAGMA user_version` is the
+///   schema version. Both are written while the file is still in rollback-journal mode, so the
+///   main file's header always carries them (a foreign tool can tell what the file is without
+///   reading the WAL).
+/// - `snapshotdb_values` holds every value under `(collection, key)`.
+/// - `snapshotdb_meta` holds the commit counter (`commit`) and two markers for writes made by
+///   foreign clients: triggers on `snapshotdb_values` bump `external` for every row a foreign
+///   client (the `sqlite3` shell, another library) changes; SnapshotDB's own connections run
+///   with triggers disabled, so their writes cost nothing extra. When `external` differs from
+///   `external_sealed`, the next SnapshotDB transaction gives the foreign change a commit
+///   number of its own and an external changeset ("sealing").
+enum Schema {
+    /// `'SnDB'`, stored in the header's application id field.
+    static let applicationID: Int32 = 0x536E_4442
+    /// The schema version this library writes and reads.
+    static let currentVersion: Int64 = 1
+
+    static let createVersion1 = """
+        CREATE TABLE snapshotdb_meta(name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
+        INSERT INTO snapshotdb_meta(name, value) VALUES ('commit', 0), ('external', 0), ('external_sealed', 0);
+        CREATE TABLE snapshotdb_values(
+            collection TEXT NOT NULL,
+            key TEXT NOT NULL,
+            data BLOB NOT NULL,
+            PRIMARY KEY (collection, key)
+        ) WITHOUT ROWID;
+        CREATE TRIGGER snapshotdb_external_insert AFTER INSERT ON snapshotdb_values BEGIN
+            UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
+        END;
+        CREATE TRIGGER snapshotdb_external_update AFTER UPDATE ON snapshotdb_values BEGIN
+            UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
+        END;
+        CREATE TRIGGER snapshotdb_external_delete AFTER DELETE ON snapshotdb_values BEGIN
+            UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
+        END;
+        PRAGMA application_id = \(applicationID);
+        PRAGMA user_version = 1;
+        """
+
+    /// What the first 100 bytes of an existing file say, read before SQLite touches the file.
+    enum FileState {
+        /// No file, or an empty one: SnapshotDB creates its schema.
+        case new
+        /// A SnapshotDB database of schema version `version` (as the main file's header says).
+        case snapshotDB(version: Int64)
+        /// A SQLite database with no application id in rollback-journal mode: adopted if it
+        /// holds no tables, refused otherwise (checked once opened, which creates no files).
+        case emptyCandidate
+    }
+
+    /// Classifies the file at `path` without opening it through SQLite, so that a foreign or
+    /// damaged file is refused before SQLite could create a `-wal` or `-shm` beside it.
+    static func inspectFile(at path: String) throws(DatabaseError) -> FileState {
+        var info = stat()
+        if stat(path, &info) != 0 {
+            if errno == ENOENT { return .new }
+            throw DatabaseError(.cannotOpen, "cannot stat \(path): \(String(cString: strerror(errno)))")
+        }
+        if (info.st_mode & S_IFMT) != S_IFREG {
+            throw DatabaseError(.cannotOpen, "\(path) is not a regular file")
+        }
+        if info.st_size == 0 { return .new }
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw DatabaseError(.cannotOpen, "cannot read \(path)")
+        }
+        let header = (try? handle.read(upToCount: 100)) ?? Data()
+        try? handle.close()
+        let magic = Data("SQLite format 3\u{0}".utf8)
+        guard header.count == 100, header.prefix(16) == magic else {
+            throw DatabaseError(.notADatabase, "\(path) is not a SQLite database (bad header)")
+        }
+        func bigEndian32(_ offset: Int) -> UInt32 {
+            header[offset..<offset + 4].reduce(0) { $0 << 8 | UInt32($1) }
+        }
+        let applicationID = Int32(bitPattern: bigEndian32(68))
+        let version = Int64(bigEndian32(60))
+        switch applicationID {
+        case Schema.applicationID:
+            if version > currentVersion {
+                throw DatabaseError(
+                    .schemaTooNew,
+                    "\(path) has SnapshotDB schema version \(version); this library reads up to \(currentVersion)"
+                )
+            }
+            return .snapshotDB(version: version)
+        case 0 where header[18] == 1 && header[19] == 1:
+            return .emptyCandidate
+        default:
+            throw DatabaseError(
+                .notADatabase,
+                "\(path) is a SQLite database of another application (application_id \(applicationID))")
+        }
+    }
+
+    /// Creates an empty file with `mode` so that the database, and through it its `-wal` and
+    /// `-shm`, never exist with wider permissions than asked for.
+    static func createFile(at path: String, mode: UInt16) throws(DatabaseError) {
+        let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode_t(mode))
+        if descriptor < 0 {
+            if errno == EEXIST { return }
+            let code: DatabaseError.Code = errno == EACCES || errno == EROFS ? .readOnly : .cannotOpen
+            throw DatabaseError(code, "cannot create \(path): \(String(cString: strerror(errno)))")
+        }
+        // The umask may have narrowed the mode; set exactly what the configuration asked for.
+        fchmod(descriptor, mode_t(mode))
+        close(descriptor)
+    }
+
+    /// Brings an open database to the current schema version, creating it when empty.
+    ///
+    /// Runs on a handle still in rollback-journal mode for a new file, so the header fields
+    /// land in the main file, then switches to WAL.
+    static func prepare(_ handle: SQLiteHandle, path: String) throws(DatabaseError) {
+        let applicationID = try handle.int64("PRAGMA application_id") ?? 0
+        if applicationID == 0 {
+            let tables = try handle.int64("SELECT count(*) FROM sqlite_schema") ?? 0
+            guard tables == 0 else {
+                throw DatabaseError(.notADatabase, "\(path) is a SQLite database of another application")
+            }
+            try handle.execute("BEGIN IMMEDIATE; \(createVersion1) COMMIT;")
+        } else if applicationID != Int64(Schema.applicationID) {
+            throw DatabaseError(.notADatabase, "\(path) is a SQLite database of another application")
+        }
+        let version = try handle.int64("PRAGMA user_version") ?? 0
+        if version > currentVersion {
+            throw DatabaseError(
+                .schemaTooNew,
+                "\(path) has SnapshotDB schema version \(version); this library reads up to \(currentVersion)"
+            )
+        }
+        // Future versions migrate here, one explicit step per version, inside a transaction.
+        let mode = try handle.string("PRAGMA journal_mode = WAL")
+        guard mode?.lowercased() == "wal" else {
+            throw DatabaseError(
+                .sqlite, "\(path) could not be switched to WAL mode (got \(mode ?? "nothing"))")
+        }
+    }
+}

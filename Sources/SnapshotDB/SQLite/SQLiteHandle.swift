@@ -1,0 +1,205 @@
+internal import CSQLite
+internal import Foundation
+
+/// One SQLite database handle (`sqlite3 *`) and its statement cache.
+///
+/// Every SQLite call of SnapshotDB goes through this type or ``SQLiteStatement``, so that
+/// error mapping, statement lifetime and handle configuration live in one place. A handle is
+/// not thread-safe; its owner (a connection, the checkpointer) serializes every use.
+final class SQLiteHandle {
+    /// The raw handle. Internal so that the few C calls that need it stay in this layer's files.
+    let pointer: OpaquePointer
+    let path: String
+    private var statements: [SQL: SQLiteStatement] = [:]
+
+    /// Opens `path` (`sqlite3_open_v2`) read-write without creating it: SnapshotDB creates new
+    /// files itself so that it controls their mode.
+    init(path: String, readOnly: Bool = false) throws(DatabaseError) {
+        var handle: OpaquePointer?
+        let flags =
+            (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX
+            | SQLITE_OPEN_EXRESCODE
+        let result = sqlite3_open_v2(path, &handle, flags, nil)
+        guard result == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            let errno = handle.map { sqlite3_system_errno($0) } ?? 0
+            if let handle { sqlite3_close_v2(handle) }
+            throw DatabaseError.sqlite(result, message: message, systemErrno: errno, context: "open \(path)")
+        }
+        self.pointer = handle
+        self.path = path
+        sqlite3_extended_result_codes(handle, 1)
+    }
+
+    deinit {
+        statements.removeAll()
+        sqlite3_close_v2(pointer)
+    }
+
+    /// A typed error for `result`, with the handle's current message and system errno.
+    func error(_ result: Int32, context: String?) -> DatabaseError {
+        DatabaseError.sqlite(
+            result, message: String(cString: sqlite3_errmsg(pointer)),
+            systemErrno: sqlite3_system_errno(pointer), context: context)
+    }
+
+    /// Runs one or more SQL statements that return no rows (`sqlite3_exec`).
+    func execute(_ sql: String) throws(DatabaseError) {
+        let result = sqlite3_exec(pointer, sql, nil, nil, nil)
+        if result != SQLITE_OK { throw error(result, context: sql) }
+    }
+
+    /// Runs a query that returns one integer (a pragma or a scalar `SELECT`).
+    func int64(_ sql: String) throws(DatabaseError) -> Int64? {
+        let statement = try SQLiteStatement(handle: self, sql: sql, persistent: false)
+        defer { statement.reset() }
+        return try statement.step() ? statement.int64(at: 0) : nil
+    }
+
+    /// Runs a query that returns one string.
+    func string(_ sql: String) throws(DatabaseError) -> String? {
+        let statement = try SQLiteStatement(handle: self, sql: sql, persistent: false)
+        defer { statement.reset() }
+        return try statement.step() ? statement.string(at: 0) : nil
+    }
+
+    /// The cached statement for `sql`, prepared on first use with `SQLITE_PREPARE_PERSISTENT`.
+    func statement(_ sql: SQL) throws(DatabaseError) -> SQLiteStatement {
+        if let cached = statements[sql] { return cached }
+        let statement = try SQLiteStatement(handle: self, sql: sql.text, persistent: true)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// Whether the handle is outside any transaction (`sqlite3_get_autocommit`).
+    var isAutocommit: Bool { sqlite3_get_autocommit(pointer) != 0 }
+
+    /// Rows changed by the last statement (`sqlite3_changes64`).
+    var changes: Int64 { sqlite3_changes64(pointer) }
+
+    /// Sets how long SQLite retries a lock held by another process (`sqlite3_busy_timeout`).
+    func setBusyTimeout(milliseconds: Int32) { sqlite3_busy_timeout(pointer, milliseconds) }
+
+    /// Configures the handle the way every SnapshotDB connection runs.
+    ///
+    /// - Auto-checkpoint off (`sqlite3_wal_autocheckpoint(0)`): the checkpointer decides.
+    /// - Triggers off (`SQLITE_DBCONFIG_ENABLE_TRIGGER`): the schema's triggers exist to mark
+    ///   writes by *foreign* clients, which have triggers on; our own writes must not fire them.
+    func configureForSnapshotDB(synchronous: Configuration.Synchronous, journalSizeLimit: Int64)
+        throws(DatabaseError)
+    {
+        sqlite3_wal_autocheckpoint(pointer, 0)
+        _ = snapshotdb_db_config_enable_trigger(pointer, 0)
+        _ = snapshotdb_db_config_defensive(pointer, 1)
+        try execute(
+            "PRAGMA synchronous = \(synchronous == .full ? "FULL" : "NORMAL");"
+                + " PRAGMA journal_size_limit = \(journalSizeLimit);")
+    }
+}
+
+/// The SQL that SnapshotDB runs on hot paths, prepared once per connection.
+///
+/// Table and column names are fixed here; keys, collections and values are always bound as
+/// parameters, never spliced into SQL text.
+enum SQL: Hashable {
+    case readState
+    case writeCommit
+    case sealExternal
+    case getData
+    case exists
+    case upsert
+    case delete
+    case deleteCollection
+    case deleteAll
+    case keys
+    case count
+    case collections
+    case enumerate
+    case begin
+    case beginImmediate
+    case commit
+    case rollback
+
+    var text: String {
+        switch self {
+        case .readState:
+            // One step reads the commit counter and whether foreign writes are still unsealed.
+            return """
+                SELECT (SELECT value FROM snapshotdb_meta WHERE name = 'commit'),
+                       (SELECT value FROM snapshotdb_meta WHERE name = 'external')
+                     - (SELECT value FROM snapshotdb_meta WHERE name = 'external_sealed')
+                """
+        case .writeCommit: return "UPDATE snapshotdb_meta SET value = ?1 WHERE name = 'commit'"
+        case .sealExternal:
+            return """
+                UPDATE snapshotdb_meta SET value = (SELECT value FROM snapshotdb_meta
+                WHERE name = 'external') WHERE name = 'external_sealed'
+                """
+        case .getData: return "SELECT data FROM snapshotdb_values WHERE collection = ?1 AND key = ?2"
+        case .exists: return "SELECT 1 FROM snapshotdb_values WHERE collection = ?1 AND key = ?2"
+        case .upsert:
+            return """
+                INSERT INTO snapshotdb_values(collection, key, data) VALUES (?1, ?2, ?3)
+                ON CONFLICT(collection, key) DO UPDATE SET data = excluded.data
+                """
+        case .delete: return "DELETE FROM snapshotdb_values WHERE collection = ?1 AND key = ?2"
+        case .deleteCollection: return "DELETE FROM snapshotdb_values WHERE collection = ?1"
+        case .deleteAll: return "DELETE FROM snapshotdb_values"
+        case .keys: return "SELECT key FROM snapshotdb_values WHERE collection = ?1 ORDER BY key"
+        case .count: return "SELECT count(*) FROM snapshotdb_values WHERE collection = ?1"
+        case .collections: return "SELECT DISTINCT collection FROM snapshotdb_values ORDER BY collection"
+        case .enumerate:
+            return "SELECT key, data FROM snapshotdb_values WHERE collection = ?1 ORDER BY key"
+        case .begin: return "BEGIN DEFERRED"
+        case .beginImmediate: return "BEGIN IMMEDIATE"
+        case .commit: return "COMMIT"
+        case .rollback: return "ROLLBACK"
+        }
+    }
+}
+
+extension SQLiteHandle {
+    /// Runs `sqlite3_wal_checkpoint_v2` in `mode`.
+    ///
+    /// `SQLITE_BUSY` is not an error here: it means readers or a writer kept the checkpoint from
+    /// finishing, which the result reports with `isComplete == false`.
+    func checkpoint(_ mode: CheckpointMode) throws(DatabaseError) -> CheckpointResult {
+        var walFrames: Int32 = 0
+        var checkpointedFrames: Int32 = 0
+        let sqliteMode: Int32
+        switch mode {
+        case .passive: sqliteMode = SQLITE_CHECKPOINT_PASSIVE
+        case .full: sqliteMode = SQLITE_CHECKPOINT_FULL
+        case .restart: sqliteMode = SQLITE_CHECKPOINT_RESTART
+        case .truncate: sqliteMode = SQLITE_CHECKPOINT_TRUNCATE
+        }
+        let result = sqlite3_wal_checkpoint_v2(pointer, nil, sqliteMode, &walFrames, &checkpointedFrames)
+        guard result == SQLITE_OK || result & 0xFF == SQLITE_BUSY else {
+            throw error(result, context: "checkpoint \(mode)")
+        }
+        let busy = result != SQLITE_OK
+        return CheckpointResult(
+            mode: mode, walFrames: Int(max(0, walFrames)),
+            checkpointedFrames: Int(max(0, checkpointedFrames)),
+            isComplete: !busy && walFrames == checkpointedFrames)
+    }
+
+    /// Calls `checkpointer.walDidGrow(pages:)` after every commit on this handle
+    /// (`sqlite3_wal_hook`). The checkpointer must outlive the handle: the database owns it and
+    /// every connection keeps the database alive.
+    func setWALHook(_ checkpointer: Checkpointer) {
+        sqlite3_wal_hook(
+            pointer,
+            { context, _, _, pages in
+                guard let context else { return SQLITE_OK }
+                Unmanaged<Checkpointer>.fromOpaque(context).takeUnretainedValue()
+                    .walDidGrow(pages: Int(pages))
+                return SQLITE_OK
+            }, Unmanaged.passUnretained(checkpointer).toOpaque())
+    }
+
+    /// The database page size in bytes.
+    func pageSize() throws(DatabaseError) -> Int {
+        Int(try int64("PRAGMA page_size") ?? 4096)
+    }
+}

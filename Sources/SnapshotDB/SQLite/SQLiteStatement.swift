@@ -1,0 +1,103 @@
+internal import CSQLite
+internal import Foundation
+
+/// One prepared statement: the only place where SnapshotDB binds, steps and reads columns.
+///
+/// Statements are prepared once per connection with `SQLITE_PREPARE_PERSISTENT` and reused;
+/// every use ends with ``reset()`` so that a statement never keeps a read transaction alive.
+/// Not thread-safe: a statement belongs to one ``SQLiteHandle``, which its connection serializes.
+final class SQLiteStatement {
+    private let statement: OpaquePointer
+    private unowned let handle: SQLiteHandle
+
+    init(handle: SQLiteHandle, sql: String, persistent: Bool) throws(DatabaseError) {
+        var prepared: OpaquePointer?
+        let flags = persistent ? UInt32(SQLITE_PREPARE_PERSISTENT) : 0
+        let result = sqlite3_prepare_v3(handle.pointer, sql, -1, flags, &prepared, nil)
+        guard result == SQLITE_OK, let prepared else {
+            throw handle.error(result, context: "prepare \(sql)")
+        }
+        self.statement = prepared
+        self.handle = handle
+    }
+
+    deinit { sqlite3_finalize(statement) }
+
+    /// Binds a string (`sqlite3_bind_text`, copied by SQLite), keeping embedded NUL characters.
+    func bind(_ text: String, at index: Int32) throws(DatabaseError) {
+        var text = text
+        let result = text.withUTF8 { buffer -> Int32 in
+            guard let base = buffer.baseAddress else {
+                return sqlite3_bind_text(statement, index, "", 0, snapshotdb_transient)
+            }
+            return base.withMemoryRebound(to: CChar.self, capacity: buffer.count) {
+                sqlite3_bind_text(statement, index, $0, Int32(buffer.count), snapshotdb_transient)
+            }
+        }
+        try check(result, "bind text")
+    }
+
+    /// Binds bytes (`sqlite3_bind_blob`, copied by SQLite); empty data binds an empty blob, not NULL.
+    func bind(_ data: Data, at index: Int32) throws(DatabaseError) {
+        let result = data.withUnsafeBytes { buffer in
+            if let base = buffer.baseAddress {
+                return sqlite3_bind_blob(statement, index, base, Int32(buffer.count), snapshotdb_transient)
+            }
+            return sqlite3_bind_zeroblob(statement, index, 0)
+        }
+        try check(result, "bind blob")
+    }
+
+    /// Binds a 64-bit integer (`sqlite3_bind_int64`).
+    func bind(_ value: Int64, at index: Int32) throws(DatabaseError) {
+        try check(sqlite3_bind_int64(statement, index, value), "bind integer")
+    }
+
+    /// Steps once (`sqlite3_step`): `true` when a row is available, `false` when done.
+    func step() throws(DatabaseError) -> Bool {
+        let result = sqlite3_step(statement)
+        switch result {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default:
+            let error = handle.error(result, context: nil)
+            sqlite3_reset(statement)
+            throw error
+        }
+    }
+
+    /// Runs a statement that returns no rows, then resets it.
+    func execute() throws(DatabaseError) {
+        defer { reset() }
+        while try step() {}
+    }
+
+    /// Resets the statement and clears its bindings (`sqlite3_reset`, `sqlite3_clear_bindings`).
+    func reset() {
+        sqlite3_reset(statement)
+        sqlite3_clear_bindings(statement)
+    }
+
+    /// Column `index` of the current row as a 64-bit integer.
+    func int64(at index: Int32) -> Int64 { sqlite3_column_int64(statement, index) }
+
+    /// Whether column `index` of the current row is NULL.
+    func isNull(at index: Int32) -> Bool { sqlite3_column_type(statement, index) == SQLITE_NULL }
+
+    /// Column `index` of the current row as a string, embedded NULs kept.
+    func string(at index: Int32) -> String {
+        let count = Int(sqlite3_column_bytes(statement, index))
+        guard count > 0, let text = sqlite3_column_text(statement, index) else { return "" }
+        return String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self)
+    }
+
+    /// Column `index` of the current row as bytes (copied out of SQLite's buffer).
+    func data(at index: Int32) -> Data {
+        guard let bytes = sqlite3_column_blob(statement, index) else { return Data() }
+        return Data(bytes: bytes, count: Int(sqlite3_column_bytes(statement, index)))
+    }
+
+    private func check(_ result: Int32, _ what: String) throws(DatabaseError) {
+        if result != SQLITE_OK { throw handle.error(result, context: what) }
+    }
+}

@@ -1,0 +1,172 @@
+public import Foundation
+
+/// A read transaction: a consistent view of one commit, valid only inside the closure that
+/// received it.
+///
+/// Every read sees exactly ``commit``, whatever other connections commit meanwhile. Values are
+/// served from the connection's cache when it holds them as of this commit, else read from
+/// SQLite and decoded with the collection's codec. Not `Sendable`: a transaction belongs to
+/// the thread running its closure. Any use after the closure returned throws
+/// ``DatabaseError/Code/transactionEnded``.
+public class ReadTransaction {
+    let core: ConnectionCore
+    /// The commit this transaction reads.
+    public let commit: UInt64
+    private(set) var isActive = true
+
+    init(core: ConnectionCore, commit: UInt64) {
+        self.core = core
+        self.commit = commit
+    }
+
+    func end() { isActive = false }
+
+    func checkActive() throws(DatabaseError) {
+        guard isActive else {
+            throw DatabaseError(
+                .transactionEnded,
+                "a transaction of connection '\(core.name)' was used after its closure returned")
+        }
+    }
+
+    /// Whether reads of `key` may be served from the connection's cache (overridden by
+    /// read-write transactions for keys they changed).
+    func cacheIsValid(for key: CacheKey) -> Bool { true }
+
+    /// The stored bytes and cached object of a value, or `nil` when absent.
+    func entry(for key: CacheKey) throws(DatabaseError) -> CacheEntry? {
+        let cacheable = cacheIsValid(for: key)
+        if cacheable, let entry = core.cache.entry(for: key) { return entry }
+        guard let data = try core.fetchData(key) else { return nil }
+        let entry = CacheEntry(data: data, object: nil)
+        if cacheable { core.cache.insert(entry, for: key) }
+        return entry
+    }
+
+    // MARK: Reading values
+
+    /// The value stored under `key` in `collection`, decoded as `T`, or `nil` when there is none.
+    ///
+    /// - Throws: ``DatabaseError/Code/decodingFailed`` (naming collection, key and type) when the
+    ///   stored value is not a `T`; `transactionEnded` after the closure returned.
+    public func value<T: Decodable>(
+        forKey key: String, inCollection collection: String, as type: T.Type = T.self
+    ) throws(DatabaseError) -> T? {
+        try checkActive()
+        let cacheKey = CacheKey(collection: collection, key: key)
+        guard var entry = try entry(for: cacheKey) else { return nil }
+        if let object = entry.object as? T { return object }
+        let value = try decode(T.self, from: entry.data, key: key, collection: collection)
+        if cacheIsValid(for: cacheKey) {
+            entry.object = value
+            core.cache.insert(entry, for: cacheKey)
+        }
+        return value
+    }
+
+    /// The raw bytes stored under `key` in `collection`, or `nil` when there is none.
+    public func data(forKey key: String, inCollection collection: String) throws(DatabaseError) -> Data? {
+        try checkActive()
+        return try entry(for: CacheKey(collection: collection, key: key))?.data
+    }
+
+    /// Whether a value is stored under `key` in `collection`.
+    public func hasValue(forKey key: String, inCollection collection: String) throws(DatabaseError) -> Bool {
+        try checkActive()
+        let cacheKey = CacheKey(collection: collection, key: key)
+        if cacheIsValid(for: cacheKey), core.cache.entry(for: cacheKey) != nil { return true }
+        let statement = try core.handle().statement(.exists)
+        defer { statement.reset() }
+        try statement.bind(collection, at: 1)
+        try statement.bind(key, at: 2)
+        return try statement.step()
+    }
+
+    /// Every key of `collection`, in ascending (binary) order.
+    public func keys(inCollection collection: String) throws(DatabaseError) -> [String] {
+        try checkActive()
+        let statement = try core.handle().statement(.keys)
+        defer { statement.reset() }
+        try statement.bind(collection, at: 1)
+        var keys: [String] = []
+        while try statement.step() { keys.append(statement.string(at: 0)) }
+        return keys
+    }
+
+    /// How many values `collection` holds.
+    public func count(inCollection collection: String) throws(DatabaseError) -> Int {
+        try checkActive()
+        let statement = try core.handle().statement(.count)
+        defer { statement.reset() }
+        try statement.bind(collection, at: 1)
+        return try statement.step() ? Int(statement.int64(at: 0)) : 0
+    }
+
+    /// The names of every collection that holds at least one value, in ascending order.
+    public func collections() throws(DatabaseError) -> [String] {
+        try checkActive()
+        let statement = try core.handle().statement(.collections)
+        defer { statement.reset() }
+        var names: [String] = []
+        while try statement.step() { names.append(statement.string(at: 0)) }
+        return names
+    }
+
+    /// Calls `body` with every key and value of `collection`, in ascending key order, until it
+    /// sets `stop` to `true`.
+    ///
+    /// ```swift
+    /// try txn.enumerate(inCollection: "items", as: Item.self) { key, item, stop in
+    ///     if item.isDone { stop = true }
+    /// }
+    /// ```
+    ///
+    /// - Throws: `decodingFailed` for a value that is not a `T`, and what `body` throws.
+    public func enumerate<T: Decodable>(
+        inCollection collection: String, as type: T.Type = T.self,
+        _ body: (_ key: String, _ value: T, _ stop: inout Bool) throws -> Void
+    ) throws {
+        try checkActive()
+        let statement = try core.handle().statement(.enumerate)
+        defer { statement.reset() }
+        try statement.bind(collection, at: 1)
+        var stop = false
+        while !stop, try statement.step() {
+            let key = statement.string(at: 0)
+            let value = try decode(T.self, from: statement.data(at: 1), key: key, collection: collection)
+            try body(key, value, &stop)
+        }
+    }
+
+    /// The keys and values of `collection` for which `isIncluded` returns `true`, in ascending
+    /// key order.
+    ///
+    /// - Throws: `decodingFailed` for a value that is not a `T`, and what `isIncluded` throws.
+    public func values<T: Decodable>(
+        inCollection collection: String, as type: T.Type = T.self,
+        where isIncluded: (_ key: String, _ value: T) throws -> Bool = { _, _ in true }
+    ) throws -> [(key: String, value: T)] {
+        var matches: [(key: String, value: T)] = []
+        try enumerate(inCollection: collection, as: T.self) { key, value, _ in
+            if try isIncluded(key, value) { matches.append((key, value)) }
+        }
+        return matches
+    }
+
+    func decode<T: Decodable>(_ type: T.Type, from data: Data, key: String, collection: String)
+        throws(DatabaseError) -> T
+    {
+        do {
+            return try core.codec(for: collection).decode(T.self, from: data)
+        } catch {
+            throw DatabaseError(
+                .decodingFailed,
+                "the value for key '\(key)' in collection '\(collection)' is not a \(T.self): \(error)",
+                collection: collection, key: key, typeName: String(describing: T.self))
+        }
+    }
+}
+
+/// Transactions belong to the thread that runs their closure.
+@available(*, unavailable)
+extension ReadTransaction: Sendable {}

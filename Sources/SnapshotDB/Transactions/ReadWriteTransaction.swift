@@ -1,0 +1,155 @@
+public import Foundation
+
+/// A read-write transaction: reads see its own writes; everything commits together when the
+/// closure returns, or nothing does.
+///
+/// Keys and collection names are any strings (empty, NUL, SQL-looking); they are always bound
+/// as parameters. Valid only inside the closure that received it.
+public final class ReadWriteTransaction: ReadTransaction {
+    /// What the transaction changed so far; restored when a savepoint rolls back.
+    private(set) var changes = ChangesetBuilder()
+    /// One flag per open scope: the transaction itself, then each nested savepoint.
+    private var rollbackRequests = [false]
+
+    /// Free-form information published with this transaction's ``Changeset`` (for example who
+    /// or what made the change).
+    public var info: [String: String] = [:]
+
+    var isRollbackRequested: Bool { rollbackRequests[0] }
+
+    override func cacheIsValid(for key: CacheKey) -> Bool {
+        // The cache holds values as of the commit this transaction started from; anything the
+        // transaction touched must be read from SQLite, which sees the transaction's writes.
+        !(changes.clearedAllCollections || changes.clearedCollections.contains(key.collection)
+            || changes.setKeys[key.collection]?.contains(key.key) == true
+            || changes.removedKeys[key.collection]?.contains(key.key) == true)
+    }
+
+    // MARK: Writing values
+
+    /// Stores `value` under `key` in `collection`, encoded with the collection's codec,
+    /// replacing any previous value.
+    ///
+    /// - Throws: `encodingFailed` when the codec refuses the value, `valueTooLarge`, `diskFull`
+    ///   or another ``DatabaseError`` from SQLite; `transactionEnded` after the closure returned.
+    public func set<T: Encodable>(_ value: T, forKey key: String, inCollection collection: String)
+        throws(DatabaseError)
+    {
+        try checkActive()
+        let data: Data
+        do {
+            data = try core.codec(for: collection).encode(value)
+        } catch {
+            throw DatabaseError(
+                .encodingFailed,
+                "cannot encode \(T.self) for key '\(key)' in collection '\(collection)': \(error)",
+                collection: collection, key: key, typeName: String(describing: T.self))
+        }
+        try storeData(data, forKey: key, inCollection: collection)
+    }
+
+    /// Stores raw bytes under `key` in `collection`, bypassing the codec.
+    public func setData(_ data: Data, forKey key: String, inCollection collection: String)
+        throws(DatabaseError)
+    {
+        try checkActive()
+        try storeData(data, forKey: key, inCollection: collection)
+    }
+
+    private func storeData(_ data: Data, forKey key: String, inCollection collection: String)
+        throws(DatabaseError)
+    {
+        let statement = try core.handle().statement(.upsert)
+        defer { statement.reset() }
+        try statement.bind(collection, at: 1)
+        try statement.bind(key, at: 2)
+        try statement.bind(data, at: 3)
+        _ = try statement.step()
+        changes.recordSet(key, in: collection)
+    }
+
+    /// Removes the value under `key` in `collection`; removing an absent key changes nothing.
+    public func removeValue(forKey key: String, inCollection collection: String) throws(DatabaseError) {
+        try checkActive()
+        let handle = try core.handle()
+        let statement = try handle.statement(.delete)
+        defer { statement.reset() }
+        try statement.bind(collection, at: 1)
+        try statement.bind(key, at: 2)
+        _ = try statement.step()
+        if handle.changes > 0 { changes.recordRemove(key, in: collection) }
+    }
+
+    /// Removes the values under `keys` in `collection`.
+    public func removeValues<Keys: Sequence<String>>(forKeys keys: Keys, inCollection collection: String)
+        throws(DatabaseError)
+    {
+        for key in keys { try removeValue(forKey: key, inCollection: collection) }
+    }
+
+    /// Removes every value of `collection`.
+    public func removeAll(inCollection collection: String) throws(DatabaseError) {
+        try checkActive()
+        let handle = try core.handle()
+        let statement = try handle.statement(.deleteCollection)
+        defer { statement.reset() }
+        try statement.bind(collection, at: 1)
+        _ = try statement.step()
+        if handle.changes > 0 { changes.recordClear(collection) }
+    }
+
+    /// Removes every value of every collection.
+    public func removeAllCollections() throws(DatabaseError) {
+        try checkActive()
+        let handle = try core.handle()
+        try handle.statement(.deleteAll).execute()
+        if handle.changes > 0 { changes.recordClearAll() }
+    }
+
+    // MARK: Savepoints and rollback
+
+    /// Runs `body` in a savepoint: when `body` throws, or calls ``rollback()``, only what it did
+    /// is undone and the enclosing transaction goes on. Savepoints nest.
+    ///
+    /// ```swift
+    /// try writer.readWrite { txn in
+    ///     try txn.set(order, forKey: order.id, inCollection: "orders")
+    ///     try? txn.savepoint { txn in
+    ///         try txn.set(try reserveStock(order), forKey: order.id, inCollection: "stock")
+    ///     }   // a failed reservation leaves the order in place
+    /// }
+    /// ```
+    ///
+    /// - Throws: what `body` throws (after rolling the savepoint back), or ``DatabaseError``.
+    public func savepoint<T>(_ body: (ReadWriteTransaction) throws -> T) throws -> T {
+        try checkActive()
+        let handle = try core.handle()
+        let name = "snapshotdb_savepoint_\(rollbackRequests.count)"
+        try handle.execute("SAVEPOINT \(name)")
+        let saved = (changes, info)
+        rollbackRequests.append(false)
+        let result: T
+        do {
+            result = try body(self)
+        } catch {
+            rollbackRequests.removeLast()
+            try? handle.execute("ROLLBACK TO \(name); RELEASE \(name)")
+            (changes, info) = saved
+            throw error
+        }
+        if rollbackRequests.removeLast() {
+            try handle.execute("ROLLBACK TO \(name); RELEASE \(name)")
+            (changes, info) = saved
+        } else {
+            try handle.execute("RELEASE \(name)")
+        }
+        return result
+    }
+
+    /// Marks the innermost scope (this savepoint, or else the whole transaction) to be rolled
+    /// back, without error, when its closure returns. Does not throw; writes made after the
+    /// call are rolled back too.
+    public func rollback() {
+        rollbackRequests[rollbackRequests.count - 1] = true
+    }
+}

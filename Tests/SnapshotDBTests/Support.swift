@@ -1,0 +1,99 @@
+import Foundation
+import SnapshotDB
+import Testing
+
+/// A fresh directory under the system temporary directory, removed after `body`.
+func withTemporaryDirectory<T>(_ body: (URL) throws -> T) throws -> T {
+    let directory = FileManager.default.temporaryDirectory
+        .appendingPathComponent("snapshotdb-tests-\(UUID().uuidString)", isDirectory: true)
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    return try body(directory)
+}
+
+/// The async form of ``withTemporaryDirectory(_:)``.
+func withTemporaryDirectory<T>(_ body: (URL) async throws -> T) async throws -> T {
+    let directory = FileManager.default.temporaryDirectory
+        .appendingPathComponent("snapshotdb-tests-\(UUID().uuidString)", isDirectory: true)
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    return try await body(directory)
+}
+
+/// A new database in a fresh temporary directory, released before the directory is removed.
+func withTemporaryDatabase<T>(
+    configuration: Configuration = Configuration(), _ body: (Database) throws -> T
+) throws -> T {
+    try withTemporaryDirectory { directory in
+        let database = try Database(
+            path: directory.appendingPathComponent("test.sqlite").path, configuration: configuration)
+        return try body(database)
+    }
+}
+
+/// The async form of ``withTemporaryDatabase(configuration:_:)``.
+func withTemporaryDatabase<T>(
+    configuration: Configuration = Configuration(), _ body: (Database) async throws -> T
+) async throws -> T {
+    try await withTemporaryDirectory { directory in
+        let database = try Database(
+            path: directory.appendingPathComponent("test.sqlite").path, configuration: configuration)
+        return try await body(database)
+    }
+}
+
+/// Runs an external command to completion and returns its standard output.
+@discardableResult
+func run(_ executable: String, _ arguments: [String], input: String? = nil) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    let output = Pipe()
+    let errors = Pipe()
+    process.standardOutput = output
+    process.standardError = errors
+    let stdin = Pipe()
+    process.standardInput = stdin
+    try process.run()
+    if let input { stdin.fileHandleForWriting.write(Data(input.utf8)) }
+    try stdin.fileHandleForWriting.close()
+    let data = output.fileHandleForReading.readDataToEndOfFile()
+    let errorData = errors.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else {
+        throw CommandFailed(
+            command: ([executable] + arguments).joined(separator: " "), status: process.terminationStatus,
+            standardError: String(decoding: errorData, as: UTF8.self))
+    }
+    return String(decoding: data, as: UTF8.self)
+}
+
+struct CommandFailed: Error, CustomStringConvertible {
+    let command: String
+    let status: Int32
+    let standardError: String
+    var description: String { "\(command) exited \(status): \(standardError)" }
+}
+
+/// A small Codable value used across the tests.
+struct Item: Codable, Equatable, Sendable {
+    var title: String
+    var count: Int = 0
+}
+
+/// Expects `body` to throw a ``DatabaseError`` with `code`, and returns it.
+@discardableResult
+func expectError<R>(
+    _ code: DatabaseError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> R
+) -> DatabaseError? {
+    do {
+        _ = try body()
+        Issue.record("expected \(code), but nothing was thrown", sourceLocation: sourceLocation)
+    } catch let error as DatabaseError {
+        #expect(error.code == code, "\(error)", sourceLocation: sourceLocation)
+        return error
+    } catch {
+        Issue.record("expected \(code), got \(error)", sourceLocation: sourceLocation)
+    }
+    return nil
+}
