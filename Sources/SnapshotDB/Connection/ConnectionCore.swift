@@ -276,10 +276,9 @@ final class ConnectionCore: @unchecked Sendable {
     // MARK: Value access for transactions
 
     func fetchData(_ key: CacheKey) throws(DatabaseError) -> Data? {
-        let statement = try handle().statement(.getData)
-        defer { statement.reset() }
-        try statement.bind(key.collection, at: 1)
-        try statement.bind(key.key, at: 2)
-        return try statement.step() ? statement.data(at: 0) : nil
+        try handle().statement(.getData).withBindings(key.collection, key.key) {
+            statement throws(DatabaseError) in
+            try statement.step() ? statement.data(at: 0) : nil
+        }
     }
 }

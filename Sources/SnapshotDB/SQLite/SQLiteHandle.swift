@@ -10,7 +10,9 @@ final class SQLiteHandle {
     /// The raw handle. Internal so that the few C calls that need it stay in this layer's files.
     let pointer: OpaquePointer
     let path: String
-    private var statements: [SQL: SQLiteStatement] = [:]
+    /// Prepared statements indexed by `SQL.rawValue`: an array, not a dictionary, so that the
+    /// hot paths fetch a statement without hashing.
+    private var statements = [SQLiteStatement?](repeating: nil, count: SQL.allCases.count)
 
     /// Opens `path` (`sqlite3_open_v2`) read-write without creating it: SnapshotDB creates new
     /// files itself so that it controls their mode.
@@ -65,9 +67,9 @@ final class SQLiteHandle {
 
     /// The cached statement for `sql`, prepared on first use with `SQLITE_PREPARE_PERSISTENT`.
     func statement(_ sql: SQL) throws(DatabaseError) -> SQLiteStatement {
-        if let cached = statements[sql] { return cached }
+        if let cached = statements[sql.rawValue] { return cached }
         let statement = try SQLiteStatement(handle: self, sql: sql.text, persistent: true)
-        statements[sql] = statement
+        statements[sql.rawValue] = statement
         return statement
     }
 
@@ -101,7 +103,7 @@ final class SQLiteHandle {
 ///
 /// Table and column names are fixed here; keys, collections and values are always bound as
 /// parameters, never spliced into SQL text.
-enum SQL: Hashable {
+enum SQL: Int, CaseIterable {
     case readState
     case writeCommit
     case sealExternal

@@ -75,11 +75,10 @@ public class ReadTransaction {
         try checkActive()
         let cacheKey = CacheKey(collection: collection, key: key)
         if cacheIsValid(for: cacheKey), core.cache.entry(for: cacheKey) != nil { return true }
-        let statement = try core.handle().statement(.exists)
-        defer { statement.reset() }
-        try statement.bind(collection, at: 1)
-        try statement.bind(key, at: 2)
-        return try statement.step()
+        return try core.handle().statement(.exists).withBindings(collection, key) {
+            statement throws(DatabaseError) in
+            try statement.step()
+        }
     }
 
     /// Every key of `collection`, in ascending (binary) order.

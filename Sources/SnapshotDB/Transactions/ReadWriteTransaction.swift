@@ -59,12 +59,10 @@ public final class ReadWriteTransaction: ReadTransaction {
     private func storeData(_ data: Data, forKey key: String, inCollection collection: String)
         throws(DatabaseError)
     {
-        let statement = try core.handle().statement(.upsert)
-        defer { statement.reset() }
-        try statement.bind(collection, at: 1)
-        try statement.bind(key, at: 2)
-        try statement.bind(data, at: 3)
-        _ = try statement.step()
+        try core.handle().statement(.upsert).withBindings(collection, key, data) {
+            statement throws(DatabaseError) in
+            _ = try statement.step()
+        }
         changes.recordSet(key, in: collection)
     }
 
@@ -72,11 +70,9 @@ public final class ReadWriteTransaction: ReadTransaction {
     public func removeValue(forKey key: String, inCollection collection: String) throws(DatabaseError) {
         try checkActive()
         let handle = try core.handle()
-        let statement = try handle.statement(.delete)
-        defer { statement.reset() }
-        try statement.bind(collection, at: 1)
-        try statement.bind(key, at: 2)
-        _ = try statement.step()
+        try handle.statement(.delete).withBindings(collection, key) { statement throws(DatabaseError) in
+            _ = try statement.step()
+        }
         if handle.changes > 0 { changes.recordRemove(key, in: collection) }
     }
 
