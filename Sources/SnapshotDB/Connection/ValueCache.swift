@@ -1,9 +1,31 @@
 internal import Foundation
 
-/// The `(collection, key)` address of a value.
+/// The `(collection, key)` address of a value, hashed once.
+///
+/// A read looks its key up in up to two generations and may insert it: hashing both strings
+/// once, and feeding only that integer to each table, makes those three lookups cost about as
+/// much as one. The hash is Swift's seeded `Hasher`, so crafted keys cannot flood the tables.
 struct CacheKey: Hashable {
     let collection: String
     let key: String
+    private let precomputedHash: Int
+
+    init(collection: String, key: String) {
+        self.collection = collection
+        self.key = key
+        var hasher = Hasher()
+        hasher.combine(collection)
+        hasher.combine(key)
+        precomputedHash = hasher.finalize()
+    }
+
+    static func == (lhs: CacheKey, rhs: CacheKey) -> Bool {
+        lhs.precomputedHash == rhs.precomputedHash && lhs.key == rhs.key && lhs.collection == rhs.collection
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(precomputedHash)
+    }
 }
 
 /// A value as read from the database: its stored bytes and, once decoded, the decoded object.
@@ -23,50 +45,67 @@ struct CacheEntry {
 /// from commit to commit with the changesets in between (``invalidate(with:)``) or drops it.
 /// Not thread-safe: it belongs to one connection, which serializes every use.
 final class ValueCache {
-    private var young: [CacheKey: CacheEntry] = [:]
-    private var old: [CacheKey: CacheEntry] = [:]
+    private struct Generations {
+        var young: [CacheKey: CacheEntry] = [:]
+        var old: [CacheKey: CacheEntry] = [:]
+    }
+
+    /// The two generations, behind a pointer rather than in stored `var`s: every access to a
+    /// class's stored `var` pays Swift's dynamic exclusivity check (a runtime call), which cost
+    /// about as much as a lookup on the read path. Sound because the cache is used only on its
+    /// connection's queue, one call at a time, and no method hands out a reference into it.
+    private let generations: UnsafeMutablePointer<Generations>
     private let generationLimit: Int
     /// The commit whose values the cache holds.
     var commit: UInt64 = 0
 
     init(limit: Int) {
         generationLimit = max(0, limit / 2)
+        generations = .allocate(capacity: 1)
+        generations.initialize(to: Generations())
+    }
+
+    deinit {
+        generations.deinitialize(count: 1)
+        generations.deallocate()
     }
 
     var isEnabled: Bool { generationLimit > 0 }
 
-    var count: Int { young.count + old.count }
+    var count: Int { generations.pointee.young.count + generations.pointee.old.count }
 
     func entry(for key: CacheKey) -> CacheEntry? {
-        if let entry = young[key] { return entry }
-        guard let entry = old.removeValue(forKey: key) else { return nil }
+        if let entry = generations.pointee.young[key] { return entry }
+        guard let entry = generations.pointee.old.removeValue(forKey: key) else { return nil }
         insert(entry, for: key)
         return entry
     }
 
+    /// Inserts or replaces the entry of `key` in the young generation, which first becomes the
+    /// old one when full. (Replacing a key of a full young generation rotates too: harmless,
+    /// lookups read the young generation first, and it saves a lookup on every insert.)
     func insert(_ entry: CacheEntry, for key: CacheKey) {
         guard isEnabled else { return }
-        if young.count >= generationLimit, young[key] == nil {
-            old = young
-            young = [:]
-            young.reserveCapacity(generationLimit)
+        if generations.pointee.young.count >= generationLimit {
+            // The dropped generation's storage is reused for the new young one.
+            swap(&generations.pointee.young, &generations.pointee.old)
+            generations.pointee.young.removeAll(keepingCapacity: true)
         }
-        young[key] = entry
+        generations.pointee.young[key] = entry
     }
 
     func remove(_ key: CacheKey) {
-        young[key] = nil
-        old[key] = nil
+        generations.pointee.young[key] = nil
+        generations.pointee.old[key] = nil
     }
 
     func removeCollection(_ collection: String) {
-        young = young.filter { $0.key.collection != collection }
-        old = old.filter { $0.key.collection != collection }
+        generations.pointee.young = generations.pointee.young.filter { $0.key.collection != collection }
+        generations.pointee.old = generations.pointee.old.filter { $0.key.collection != collection }
     }
 
     func removeAll() {
-        young = [:]
-        old = [:]
+        generations.pointee = Generations()
     }
 
     /// Drops exactly what `changeset` may have changed.
