@@ -10,9 +10,10 @@ final class SQLiteHandle {
     /// The raw handle. Internal so that the few C calls that need it stay in this layer's files.
     let pointer: OpaquePointer
     let path: String
-    /// Prepared statements indexed by `SQL.rawValue`: an array, not a dictionary, so that the
-    /// hot paths fetch a statement without hashing.
-    private var statements = [SQLiteStatement?](repeating: nil, count: SQL.allCases.count)
+    /// Prepared statements indexed by `SQL.rawValue`, so that the hot paths fetch a statement
+    /// without hashing; a buffer rather than a stored array, which would pay Swift's dynamic
+    /// exclusivity check on every fetch. Sound because a handle's owner serializes every use.
+    private let statements: UnsafeMutableBufferPointer<SQLiteStatement?>
 
     /// Opens `path` (`sqlite3_open_v2`) read-write without creating it: SnapshotDB creates new
     /// files itself so that it controls their mode.
@@ -30,11 +31,14 @@ final class SQLiteHandle {
         }
         self.pointer = handle
         self.path = path
+        statements = .allocate(capacity: SQL.allCases.count)
+        statements.initialize(repeating: nil)
         sqlite3_extended_result_codes(handle, 1)
     }
 
     deinit {
-        statements.removeAll()
+        // Statements are finalized (released) before the handle closes.
+        statements.deinitialize().deallocate()
         sqlite3_close_v2(pointer)
     }
 
