@@ -39,6 +39,8 @@ public struct InspectionError: Error, Sendable, Equatable, CustomStringConvertib
         public static let truncatedSharedMemory = Code("truncatedSharedMemory")
         /// A header announces a format version or page size this library does not know.
         public static let unsupportedFormat = Code("unsupportedFormat")
+        /// The SnapshotDB commit counter cannot be read (not a SnapshotDB file, or unreadable pages).
+        public static let commitCounterUnavailable = Code("commitCounterUnavailable")
 
         /// The raw value.
         public var description: String { rawValue }

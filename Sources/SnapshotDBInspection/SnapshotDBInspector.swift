@@ -71,32 +71,9 @@ public enum SnapshotDBInspector {
     public static func inspect(
         databaseAt path: String, options: InspectionOptions = .inProcess
     ) throws(InspectionError) -> InspectionReport {
-        guard try InspectedFile.status(of: path) != nil,
-            let databaseFile = try InspectedFile.openReadOnly(path, access: options.fileAccess)
-        else {
-            throw InspectionError(code: .fileNotFound, path: path, message: "no such file")
-        }
-        let databaseSize = try databaseFile.size()
-        let headerBytes = try databaseFile.read(at: 0, count: 100)
-        let fileHeader: DatabaseHeader? =
-            headerBytes.isEmpty ? nil : try DatabaseHeader(bytes: headerBytes, path: path)
-
-        let wal = try WALScan.scan(path: walPath(forDatabaseAt: path), includeFrames: options.includesFrames)
-        let pageSize: Int
-        if let fileHeader {
-            pageSize = fileHeader.pageSize
-            guard databaseSize % Int64(pageSize) == 0 else {
-                throw InspectionError(
-                    code: .truncatedDatabase, path: path,
-                    message: "truncated database: \(databaseSize) bytes is not a whole number of "
-                        + "\(pageSize)-byte pages")
-            }
-        } else if let wal, wal.pageSize > 0, wal.latestFrame(holding: 1, atOrBefore: UInt32.max) != nil {
-            pageSize = wal.pageSize  // a new database whose page 1 is still only in the WAL
-        } else {
-            throw InspectionError(
-                code: .truncatedDatabase, path: path, message: "empty file (0 bytes): not a SQLite database")
-        }
+        let (pages, fileHeader) = try openPages(databaseAt: path, options: options)
+        let wal = pages.wal
+        let pageSize = pages.pageSize
 
         let walIndex = try WALIndexReader.read(
             path: sharedMemoryPath(forDatabaseAt: path), access: options.fileAccess,
@@ -108,8 +85,6 @@ public enum SnapshotDBInspector {
         let committedFrames = committedFrameBound(wal: wal, walIndex: walIndex)
         let checkpointedFrames: UInt32 =
             walIndex.map { $0.isReliable ? min($0.backfilledFrames, committedFrames) : 0 } ?? 0
-        let pages = PageSource(
-            databaseFile: databaseFile, databaseSize: databaseSize, pageSize: pageSize, wal: wal)
 
         // Page 1 as of the newest commit: the header pragmas may still live only in the WAL.
         var header = fileHeader
@@ -164,10 +139,85 @@ public enum SnapshotDBInspector {
         return InspectionReport(
             formatVersion: InspectionReport.currentFormatVersion,
             database: DatabaseFileSummary(
-                path: path, sizeBytes: databaseSize, header: header, headerWALFrame: headerFrame),
+                path: path, sizeBytes: pages.databaseSize, header: header, headerWALFrame: headerFrame),
             snapshotDB: snapshotDB, wal: wal?.summary, walIndex: walIndex, locks: locks, readSlots: readSlots,
             walReset: walReset, frames: frames, committedFrames: committedFrames,
             checkpointedFrames: checkpointedFrames)
+    }
+
+    /// The SnapshotDB commit counter as a reader whose snapshot ends at WAL frame `frame` sees
+    /// it, read from the pages without SQLite; `nil` means the newest committed snapshot.
+    ///
+    /// Frame 0 means the database file alone, which is what a slot-0 reader sees. A frame is a
+    /// read mark: pass ``ReadSlot/readMark`` of a held slot to learn which commit it is stuck at.
+    /// The pages of an older frame are only reliable while some reader holds that mark (else a
+    /// checkpoint may have overwritten the database file since).
+    ///
+    /// - Throws: ``InspectionError`` as ``inspect(databaseAt:options:)`` does, and
+    ///   `commitCounterUnavailable` when the file is not a SnapshotDB database, the frame is past
+    ///   the valid WAL frames, or the pages do not hold the counter.
+    public static func commitCounter(
+        databaseAt path: String, asOfFrame frame: UInt32? = nil, options: InspectionOptions = .inProcess
+    ) throws(InspectionError) -> UInt64 {
+        guard let frame else {
+            let report = try inspect(databaseAt: path, options: options)
+            guard let counter = report.snapshotDB.commitCounter else {
+                throw InspectionError(
+                    code: .commitCounterUnavailable, path: path,
+                    message: report.snapshotDB.commitCounterUnavailableReason ?? "no commit counter")
+            }
+            return counter
+        }
+        let (pages, _) = try openPages(databaseAt: path, options: options)
+        let validFrames = UInt32(clamping: pages.wal?.summary.validFrames ?? 0)
+        guard frame <= validFrames else {
+            throw InspectionError(
+                code: .commitCounterUnavailable, path: path,
+                message: "frame \(frame) is past the \(validFrames) valid frames of the WAL")
+        }
+        switch CommitCounterReader.counter(pages: pages, asOfFrame: frame) {
+        case .success(let counter):
+            return counter
+        case .failure(let failure):
+            throw InspectionError(code: .commitCounterUnavailable, path: path, message: failure.reason)
+        }
+    }
+
+    /// Opens the database file and scans the `-wal`: the pages of every snapshot, and the
+    /// database file's own header (`nil` for a 0-byte file whose page 1 is only in the WAL).
+    private static func openPages(
+        databaseAt path: String, options: InspectionOptions
+    ) throws(InspectionError) -> (PageSource, DatabaseHeader?) {
+        guard try InspectedFile.status(of: path) != nil,
+            let databaseFile = try InspectedFile.openReadOnly(path, access: options.fileAccess)
+        else {
+            throw InspectionError(code: .fileNotFound, path: path, message: "no such file")
+        }
+        let databaseSize = try databaseFile.size()
+        let headerBytes = try databaseFile.read(at: 0, count: 100)
+        let fileHeader: DatabaseHeader? =
+            headerBytes.isEmpty ? nil : try DatabaseHeader(bytes: headerBytes, path: path)
+
+        let wal = try WALScan.scan(path: walPath(forDatabaseAt: path), includeFrames: options.includesFrames)
+        let pageSize: Int
+        if let fileHeader {
+            pageSize = fileHeader.pageSize
+            guard databaseSize % Int64(pageSize) == 0 else {
+                throw InspectionError(
+                    code: .truncatedDatabase, path: path,
+                    message: "truncated database: \(databaseSize) bytes is not a whole number of "
+                        + "\(pageSize)-byte pages")
+            }
+        } else if let wal, wal.pageSize > 0, wal.latestFrame(holding: 1, atOrBefore: UInt32.max) != nil {
+            pageSize = wal.pageSize  // a new database whose page 1 is still only in the WAL
+        } else {
+            throw InspectionError(
+                code: .truncatedDatabase, path: path, message: "empty file (0 bytes): not a SQLite database")
+        }
+
+        let pages = PageSource(
+            databaseFile: databaseFile, databaseSize: databaseSize, pageSize: pageSize, wal: wal)
+        return (pages, fileHeader)
     }
 
     /// The last frame of the newest committed snapshot.

@@ -90,6 +90,9 @@ struct FileFormatTests {
             #expect(report.frames?.filter { $0.status == .stale }.count == 9)
             #expect(report.frames?.first?.status == .committed)
             #expect(report.snapshotDB.commitCounter == 6)
+            let text = try Tool.run("inspect", "--frames", path)
+            #expect(text.standardOutput.contains("stale tail of 9 frames (9 with older salts)"))
+            #expect(text.standardOutput.contains("       2         4         4  stale         no    other"))
         }
     }
 

@@ -93,6 +93,15 @@ struct ReaderPinTests {
                     $0.reason == .readerPinned && $0.slot == slot.slot && $0.pids == [reader.pid]
                 })
 
+            // The counter at any frame, as the monitor would ask for a read mark.
+            #expect(try SnapshotDBInspector.commitCounter(databaseAt: path) == 5)
+            #expect(try SnapshotDBInspector.commitCounter(databaseAt: path, asOfFrame: 6) == 3)
+            #expect(try SnapshotDBInspector.commitCounter(databaseAt: path, asOfFrame: 8) == 4)
+            #expect(try SnapshotDBInspector.commitCounter(databaseAt: path, asOfFrame: 0) == 0)
+            #expect(throws: InspectionError.self) {
+                try SnapshotDBInspector.commitCounter(databaseAt: path, asOfFrame: 11)
+            }
+
             let text = try Tool.run("inspect", path)
             #expect(text.standardOutput.contains("slot \(slot.slot) (mark 6): \(reader.pid) (python3)"))
             #expect(
