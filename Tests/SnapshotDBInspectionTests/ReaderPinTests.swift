@@ -138,6 +138,31 @@ struct ReaderPinTests {
         }
     }
 
+    @Test("an open write transaction is named as the writer and blocks the reset")
+    func activeWriter() throws {
+        try withTemporaryDatabase { path in
+            try Python.run(Python.commit, path, "1", "crash")
+            let writer = try ReaderProcess(path: path, script: Python.holdWriter)
+            defer { writer.finish() }
+
+            let report = try SnapshotDBInspector.inspect(databaseAt: path, options: .separateProcess)
+            #expect(report.locks?.holders(of: .write).map(\.pid) == [writer.pid])
+            #expect(report.locks?.holders(of: .write).first?.mode == .exclusive)
+            #expect(report.walReset.isPossible == false)
+            #expect(
+                report.walReset.blockers.contains { $0.reason == .writerActive && $0.pids == [writer.pid] })
+            let text = try Tool.run("inspect", path)
+            #expect(
+                text.standardOutput.contains(
+                    "writer      write lock held by \(writer.pid) (python3) [exclusive]"))
+            #expect(text.standardOutput.contains("- a write transaction is open in \(writer.pid) (python3)"))
+
+            let busy = try Tool.run("checkpoint", path, "--mode", "truncate", "--busy-timeout", "10")
+            #expect(busy.status == 1)
+            #expect(busy.standardOutput.contains("busy"))
+        }
+    }
+
     @Test("every held slot is listed, and the oldest snapshot comes first")
     func twoReaders() throws {
         try withTemporaryDatabase { path in

@@ -103,7 +103,7 @@ public struct LockHolder: Sendable, Codable, Hashable {
         self.source = source
     }
 
-    /// `1234 (python3)`, or `unknown process` without a pid.
+    /// `1234 (python3)`; without a pid, `an unknown process (openFileDescription lock)`.
     public var displayName: String {
         guard let pid else { return "an unknown process (\(kind.rawValue) lock)" }
         return processName.map { "\(pid) (\($0))" } ?? "\(pid)"

@@ -80,6 +80,20 @@ enum Python {
         c.close()
         """
 
+    /// argv: path. Holds an open write transaction (`BEGIN IMMEDIATE`, the WAL write lock) and
+    /// prints `ready <counter>`; rolls back and exits on any line on stdin.
+    static let holdWriter = """
+        import sqlite3, sys
+        c = sqlite3.connect(sys.argv[1], isolation_level=None)
+        c.execute('PRAGMA wal_autocheckpoint=0')
+        c.execute('BEGIN IMMEDIATE')
+        value = c.execute("SELECT value FROM snapshotdb_meta WHERE name = 'commit'").fetchone()[0]
+        print('ready', value, flush=True)
+        sys.stdin.readline()
+        c.execute('ROLLBACK')
+        c.close()
+        """
+
     /// argv: path. Prints the commit counter as SQLite reads it.
     static let readCounter = """
         import sqlite3, sys
@@ -97,7 +111,7 @@ enum Python {
     }
 }
 
-/// A foreign process holding a read transaction open until told to finish.
+/// A foreign process holding a transaction open until told to finish.
 final class ReaderProcess {
     let process = Process()
     private let input = Pipe()
@@ -107,10 +121,11 @@ final class ReaderProcess {
 
     var pid: Int32 { process.processIdentifier }
 
-    /// Starts `python3` holding a snapshot of `path` and waits for its `ready` line (no sleeps).
-    init(path: String) throws {
+    /// Starts `python3` running `script` (by default holding a snapshot of `path`) and waits for
+    /// its `ready` line (no sleeps).
+    init(path: String, script: String = Python.holdReader) throws {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", Python.holdReader, path]
+        process.arguments = ["python3", "-c", script, path]
         process.standardInput = input
         process.standardOutput = output
         try process.run()
