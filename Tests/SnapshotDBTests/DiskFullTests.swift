@@ -71,12 +71,12 @@ struct DiskFullTests {
         func report(_ name: String, _ value: String) { print("RESULT \(name) \(value)") }
 
         var limit = rlimit()
-        getrlimit(RLIMIT_FSIZE_VALUE, &limit)
+        getrlimit(fileSizeResource, &limit)
         let original = limit
         let fileSize =
             (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.intValue ?? 0
         limit.rlim_cur = rlim_t(fileSize + 64 * 1024)
-        setrlimit(RLIMIT_FSIZE_VALUE, &limit)
+        setrlimit(fileSizeResource, &limit)
         do {
             try writer.readWrite { txn in
                 try txn.setData(Data(repeating: 7, count: 4 << 20), forKey: "huge", inCollection: "big")
@@ -89,7 +89,7 @@ struct DiskFullTests {
         report("values-after-failure", "\(try writer.read { try $0.count(inCollection: "c") })")
 
         limit = original
-        setrlimit(RLIMIT_FSIZE_VALUE, &limit)
+        setrlimit(fileSizeResource, &limit)
         try writer.readWrite { try $0.set("back", forKey: "after", inCollection: "small") }
         report("after-space-returned", "committed \(db.latestCommit)")
     }
@@ -97,7 +97,7 @@ struct DiskFullTests {
 
 /// `RLIMIT_FSIZE` as the type `getrlimit` takes on this platform.
 #if canImport(Glibc)
-    let RLIMIT_FSIZE_VALUE = __rlimit_resource_t(RLIMIT_FSIZE.rawValue)
+    let fileSizeResource = __rlimit_resource_t(RLIMIT_FSIZE.rawValue)
 #else
-    let RLIMIT_FSIZE_VALUE = RLIMIT_FSIZE
+    let fileSizeResource = RLIMIT_FSIZE
 #endif
