@@ -333,3 +333,38 @@ final class LockedFlag: @unchecked Sendable {
     func set() { lock.withLock { storage = true } }
     var value: Bool { lock.withLock { storage } }
 }
+
+@Suite("Change delivery limits")
+struct ChangeDeliveryLimitTests {
+    @Test func aSubscriberThatFallsBehindIsFinishedNotSkipped() async throws {
+        var configuration = Configuration()
+        configuration.changesBufferLimit = 3
+        try await withTemporaryDatabase(configuration: configuration) { db in
+            let stream = db.changes()
+            let writer = db.newConnection()
+            for index in 0..<10 {
+                try await writer.readWrite { try $0.set(index, forKey: "k", inCollection: "c") }
+            }
+            var received: [UInt64] = []
+            for await changeset in stream { received.append(changeset.commit) }
+            // The stream delivered a gap-free prefix and then ended: the consumer knows it must
+            // catch up (for example with a bookmark) instead of believing it saw everything.
+            #expect(received == [1, 2, 3])
+        }
+    }
+
+    @Test func releasingABookmarkedConnectionUnpinsTheWAL() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(0, forKey: "k", inCollection: "c") }
+            var laggard: Connection? = db.newConnection(name: "laggard")
+            try laggard?.beginLongLivedReadTransaction()
+            try writer.readWrite { try $0.set(1, forKey: "k", inCollection: "c") }
+            #expect(try db.checkpoint(.passive).isComplete == false)
+            laggard = nil
+            let result = try db.checkpoint(.truncate)
+            #expect(result.isComplete)
+            #expect(result.walFrames == 0)
+        }
+    }
+}
