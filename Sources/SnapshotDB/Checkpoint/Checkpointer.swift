@@ -46,6 +46,8 @@ final class Checkpointer: Sendable {
         var walBytesAtOpen: Int64 = 0
         /// How many bookmarks were taken again off the WAL (for tests).
         var reseatedBookmarks = 0
+        /// Consecutive resets that found nothing pinning the WAL and still did not complete.
+        var failedResets = 0
         var monitor = MonitorState()
         var subscribers: [Int: AsyncStream<CheckpointEvent>.Continuation] = [:]
         var nextSubscriberID = 0
@@ -255,15 +257,32 @@ final class Checkpointer: Sendable {
         }
         if let passive = final, passive.isComplete, passive.walFrames > 0, canReset(before) {
             switch resetWAL(database) {
-            case .reset(let result): final = result
+            case .reset(let result):
+                final = result
+                state.withLock { $0.failedResets = 0 }
             case .writerBusy:
                 // A write transaction held the lock past the reset's patience: try again shortly.
                 requestCheckpoint(after: .milliseconds(10))
-            case .notReset: break
+            case .notReset:
+                // Nothing pinned the WAL, yet the reset did not complete: a bookmark's connection
+                // was busy (or not scheduled) within the few milliseconds a reset may hold
+                // writers back. Without another commit nothing would ask again, so retry a
+                // bounded number of times, backing off.
+                let attempt = state.withLock { state in
+                    state.failedResets += 1
+                    return state.failedResets
+                }
+                if attempt <= Self.maximumResetRetries {
+                    requestCheckpoint(after: .milliseconds(10 * attempt))
+                }
             }
         }
         evaluate(database, before: before, startedAt: startedAt, result: final)
     }
+
+    /// How many times in a row a reset that nothing pinned is retried before waiting for the
+    /// next commit to ask again.
+    static let maximumResetRetries = 20
 
     private enum ResetOutcome {
         case reset(CheckpointResult)
