@@ -152,10 +152,10 @@ extension Database {
 
     func updateConnection(_ id: Int, _ update: (inout ConnectionRecord) -> Void) {
         state.withLock { state in
-            if var record = state.connections[id] {
-                update(&record)
-                state.connections[id] = record
-            }
+            // In place: one lookup, and no copy of the record (whose weak reference costs
+            // runtime calls to copy) on every transaction's begin and end.
+            guard let index = state.connections.index(forKey: id) else { return }
+            update(&state.connections.values[index])
         }
     }
 
