@@ -16,7 +16,7 @@ final class GRDBSubject: Subject {
     init(path: String, sync: SyncMode, checkpoints: CheckpointPolicy) throws {
         self.path = path
         var configuration = GRDB.Configuration()
-        if checkpoints == .sameAsSnapshotDB {
+        if checkpoints == .never {
             configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA wal_autocheckpoint = 0") }
         }
         pool = try DatabasePool(path: path, configuration: configuration)
@@ -31,7 +31,9 @@ final class GRDBSubject: Subject {
                     CREATE TABLE bench_values(
                         collection TEXT NOT NULL, key TEXT NOT NULL, data BLOB NOT NULL,
                         PRIMARY KEY (collection, key)
-                    ) WITHOUT ROWID
+                    ) WITHOUT ROWID;
+                    CREATE TABLE bench_meta(name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
+                    INSERT INTO bench_meta(name, value) VALUES ('commit', 0);
                     """)
         }
     }
@@ -40,6 +42,7 @@ final class GRDBSubject: Subject {
         INSERT INTO bench_values(collection, key, data) VALUES (?, ?, ?)
         ON CONFLICT(collection, key) DO UPDATE SET data = excluded.data
         """
+    private static let bumpCounterSQL = "UPDATE bench_meta SET value = value + 1 WHERE name = 'commit'"
     private static let selectSQL = "SELECT data FROM bench_values WHERE collection = ? AND key = ?"
 
     private static func fetch(_ db: GRDB.Database, key: String) throws -> Data? {
@@ -97,14 +100,21 @@ final class GRDBSubject: Subject {
         return (time, found)
     }
 
-    func writeTransactions(keys: [String], payloads: [Data], laggardAfter: Int?) throws -> [Duration] {
+    func writeTransactions(keys: [String], payloads: [Data], laggardAfter: Int?, bumpingCounter: Bool)
+        throws -> [Duration]
+    {
         var laggard: DatabaseSnapshot?
         var latencies: [Duration] = []
         latencies.reserveCapacity(keys.count)
         for (index, key) in keys.enumerated() {
             if index == laggardAfter { laggard = try pool.makeSnapshot() }
             latencies.append(
-                try timed { try pool.write { db in try Self.upsert(db, key: key, data: payloads[index]) } })
+                try timed {
+                    try pool.write { db in
+                        try Self.upsert(db, key: key, data: payloads[index])
+                        if bumpingCounter { try db.cachedStatement(sql: Self.bumpCounterSQL).execute() }
+                    }
+                })
         }
         withExtendedLifetime(laggard) {}
         return latencies
@@ -114,14 +124,14 @@ final class GRDBSubject: Subject {
         // GRDB cannot advance a snapshot in place; its way is a new `DatabaseSnapshot`.
         var snapshot = try pool.makeSnapshot()
         var total = Duration.zero
-        for iteration in 0..<iterations {
+        for iteration in 0..<(advanceWarmUp + iterations) {
             let key = writes ? keys[iteration % keys.count] : keys[0]
             if writes {
                 let payload = benchmarkPayload(stamp: UInt32(truncatingIfNeeded: iteration + 1))
                 try pool.write { db in try Self.upsert(db, key: key, data: payload) }
             }
             var data: Data?
-            total += try timed {
+            total += try timed(unless: iteration < advanceWarmUp) {
                 snapshot = try pool.makeSnapshot()
                 data = try snapshot.read { db in try Self.fetch(db, key: key) }
             }

@@ -27,7 +27,7 @@ struct Workload {
     let title: String
     let operations: Int
     var sync: SyncMode = .full
-    var checkpoints: CheckpointPolicy = .sameAsSnapshotDB
+    var checkpoints: CheckpointPolicy = .never
     let fixture: Fixture
     var statistic: Statistic = .timePerOperation
     /// Rounds for this workload, when not the run's default (fsync-bound workloads).
@@ -113,7 +113,7 @@ final class Runner {
     private func sharedSubject(_ engine: any Subject.Type, fixture: Fixture) throws -> any Subject {
         let name = "\(engine.engineName)-\(fixture)"
         if let subject = shared[name] { return subject }
-        let subject = try engine.init(path: newPath(engine), sync: .full, checkpoints: .sameAsSnapshotDB)
+        let subject = try engine.init(path: newPath(engine), sync: .full, checkpoints: .never)
         if case .sharedItems = fixture {
             try subject.loadItems(keys: data.keys, items: data.items)
         } else {

@@ -29,7 +29,8 @@ final class SQLiteSubject: Subject {
             CREATE TABLE bench_values(
                 collection TEXT NOT NULL, key TEXT NOT NULL, data BLOB NOT NULL,
                 PRIMARY KEY (collection, key)
-            ) WITHOUT ROWID
+            ) WITHOUT ROWID;
+            \(SQLiteSubjectSQL.createCounter)
             """)
     }
 
@@ -85,7 +86,9 @@ final class SQLiteSubject: Subject {
         return (time, found)
     }
 
-    func writeTransactions(keys: [String], payloads: [Data], laggardAfter: Int?) throws -> [Duration] {
+    func writeTransactions(keys: [String], payloads: [Data], laggardAfter: Int?, bumpingCounter: Bool)
+        throws -> [Duration]
+    {
         let laggard = try openAnother()
         var latencies: [Duration] = []
         latencies.reserveCapacity(keys.count)
@@ -99,6 +102,7 @@ final class SQLiteSubject: Subject {
                     try payloads[index].withUnsafeBytes { bytes in
                         try connection.beginImmediate.run()
                         try connection.upsert(key: key, bytes: bytes)
+                        if bumpingCounter { try connection.bumpCounter.run() }
                         try connection.commit.run()
                     }
                 })
@@ -112,7 +116,7 @@ final class SQLiteSubject: Subject {
         try reader.begin.run()
         try reader.read(key: keys[0]) { _ in }
         var total = Duration.zero
-        for iteration in 0..<iterations {
+        for iteration in 0..<(advanceWarmUp + iterations) {
             let key = writes ? keys[iteration % keys.count] : keys[0]
             if writes {
                 try benchmarkPayload(stamp: UInt32(truncatingIfNeeded: iteration + 1)).withUnsafeBytes {
@@ -123,7 +127,7 @@ final class SQLiteSubject: Subject {
                 }
             }
             var stamped = false
-            total += try timed {
+            total += try timed(unless: iteration < advanceWarmUp) {
                 try reader.commit.run()
                 try reader.begin.run()
                 try reader.read(key: key) { bytes in
@@ -184,6 +188,8 @@ private final class RawConnection {
     let begin: RawStatement
     let beginImmediate: RawStatement
     let commit: RawStatement
+    /// Adds one to the counter row, like SnapshotDB's commit counter.
+    let bumpCounter: RawStatement
     private let upsertStatement: RawStatement
     private let selectStatement: RawStatement
 
@@ -197,7 +203,7 @@ private final class RawConnection {
         }
         self.handle = handle
         sqlite3_busy_timeout(handle, 5_000)
-        let autocheckpoint = checkpoints == .sameAsSnapshotDB ? 0 : 1_000
+        let autocheckpoint = checkpoints == .never ? 0 : 1_000
         let pragmas =
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = \(sync.rawValue);"
             + " PRAGMA wal_autocheckpoint = \(autocheckpoint);"
@@ -210,11 +216,13 @@ private final class RawConnection {
         // The table may not exist yet: the first connection creates it, then prepares lazily.
         upsertStatement = RawStatement(lazy: handle, SQLiteSubjectSQL.upsert)
         selectStatement = RawStatement(lazy: handle, SQLiteSubjectSQL.select)
+        bumpCounter = RawStatement(lazy: handle, SQLiteSubjectSQL.bumpCounter)
     }
 
     deinit {
         upsertStatement.finalize()
         selectStatement.finalize()
+        bumpCounter.finalize()
         begin.finalize()
         beginImmediate.finalize()
         commit.finalize()
@@ -270,6 +278,12 @@ private enum SQLiteSubjectSQL {
         ON CONFLICT(collection, key) DO UPDATE SET data = excluded.data
         """
     static let select = "SELECT data FROM bench_values WHERE collection = ?1 AND key = ?2"
+    /// The same shape as SnapshotDB's metadata table: a rowid table with a text primary key.
+    static let createCounter = """
+        CREATE TABLE bench_meta(name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
+        INSERT INTO bench_meta(name, value) VALUES ('commit', 0);
+        """
+    static let bumpCounter = "UPDATE bench_meta SET value = value + 1 WHERE name = 'commit'"
 }
 
 /// A prepared statement, prepared at first use.

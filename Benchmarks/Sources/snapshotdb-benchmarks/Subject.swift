@@ -1,15 +1,17 @@
 import CCallgrind
 import Foundation
 
-/// Where a subject's commits checkpoint the WAL.
+/// Whether the WAL is checkpointed while a workload runs.
 enum CheckpointPolicy: Sendable {
-    /// SnapshotDB as configured; SQLite's auto-checkpoint off for the C and GRDB sides, like
-    /// SnapshotDB's own `PRAGMA wal_autocheckpoint = 0`, so that no side checkpoints on the
-    /// committing thread (SnapshotDB's own checkpointer still runs, on its own thread).
-    case sameAsSnapshotDB
-    /// SQLite's default for the C and GRDB sides: a PASSIVE checkpoint on the committing
-    /// connection once the WAL passes 1,000 pages.
-    case sqliteDefault
+    /// Never, on any side: SQLite's auto-checkpoint off for the C and GRDB sides (SnapshotDB's
+    /// own `PRAGMA wal_autocheckpoint = 0`) and SnapshotDB's checkpointer threshold out of
+    /// reach, so that rows a–f compare the same work (no side copies pages back or syncs the
+    /// database file during a measurement).
+    case never
+    /// Each engine's default: SnapshotDB's checkpointer (PASSIVE off the committing thread past
+    /// 1,000 pages); for the C and GRDB sides SQLite's auto-checkpoint, a PASSIVE checkpoint on
+    /// the committing connection once the WAL passes 1,000 pages.
+    case engineDefault
 }
 
 /// One engine under test, opened on a new database file with the benchmark's table.
@@ -42,9 +44,14 @@ protocol Subject: AnyObject {
     ///
     /// Every payload differs from the row's previous value: SQLite does not write a page whose
     /// bytes an update leaves unchanged, so rewriting the same bytes would commit nothing.
-    func writeTransactions(keys: [String], payloads: [Data], laggardAfter: Int?) throws -> [Duration]
-    /// (d) `iterations` times: another connection commits a new version of one row (not
-    /// timed), then the reader advances to the newest commit and reads that row (timed).
+    ///
+    /// With `bumpingCounter`, the C and GRDB sides also add one to a counter row in every
+    /// transaction, as SnapshotDB always does with its commit counter: the same pages written.
+    func writeTransactions(keys: [String], payloads: [Data], laggardAfter: Int?, bumpingCounter: Bool)
+        throws -> [Duration]
+    /// (d) `iterations` times (after ``advanceWarmUp`` untimed ones): another connection commits
+    /// a new version of one row (not timed), then the reader advances to the newest commit and
+    /// reads that row (timed).
     /// With `writes == false` nothing is committed in between and the reader reads one row.
     func advanceAndRead(keys: [String], iterations: Int, writes: Bool) throws -> Duration
     /// (f) Encodes and inserts `items` in one write transaction.
@@ -84,4 +91,17 @@ func timed(_ body: () throws -> Void) rethrows -> Duration {
     let end = clock.now
     benchmark_callgrind_toggle_collect()
     return end - start
+}
+
+/// Untimed iterations that (d) runs first on every side, so that first-use costs (type metadata,
+/// conformance lookups, caches) are not measured.
+let advanceWarmUp = 10
+
+/// Runs `body`; times it unless `isWarmUp`.
+func timed(unless isWarmUp: Bool, _ body: () throws -> Void) rethrows -> Duration {
+    guard !isWarmUp else {
+        try body()
+        return .zero
+    }
+    return try timed(body)
 }

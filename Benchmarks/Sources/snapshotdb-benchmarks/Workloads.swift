@@ -28,7 +28,16 @@ func makeWorkloads(_ sizes: Sizes, writeRounds: Int) -> [Workload] {
             try subject.writeTransactions(
                 keys: Array(data.writeKeys.prefix(data.sizes.writeTransactions)),
                 payloads: data.writePayloads,
-                laggardAfter: nil)
+                laggardAfter: nil, bumpingCounter: false)
+        },
+        Workload(
+            id: "c-counter", title: "one-row write transactions, C and GRDB also bump a counter row",
+            operations: sizes.writeTransactions, fixture: .rows, rounds: writeRounds
+        ) { subject, data in
+            try subject.writeTransactions(
+                keys: Array(data.writeKeys.prefix(data.sizes.writeTransactions)),
+                payloads: data.writePayloads,
+                laggardAfter: nil, bumpingCounter: true)
         },
         Workload(
             id: "c-normal", title: "one-row write transactions, synchronous NORMAL",
@@ -38,7 +47,7 @@ func makeWorkloads(_ sizes: Sizes, writeRounds: Int) -> [Workload] {
             try subject.writeTransactions(
                 keys: Array(data.writeKeys.prefix(data.sizes.writeTransactions)),
                 payloads: data.writePayloads,
-                laggardAfter: nil)
+                laggardAfter: nil, bumpingCounter: false)
         },
         Workload(
             id: "d", title: "advance past one commit, read the changed row", operations: sizes.advances,
@@ -76,11 +85,11 @@ func makeWorkloads(_ sizes: Sizes, writeRounds: Int) -> [Workload] {
         },
         Workload(
             id: "g", title: "worst commit latency, laggard pins the WAL", operations: sizes.laggardCommits,
-            checkpoints: .sqliteDefault, fixture: .rows, statistic: .worst, rounds: writeRounds
+            checkpoints: .engineDefault, fixture: .rows, statistic: .worst, rounds: writeRounds
         ) { subject, data in
             try subject.writeTransactions(
                 keys: Array(data.writeKeys.prefix(data.sizes.laggardCommits)), payloads: data.writePayloads,
-                laggardAfter: data.sizes.laggardCommits / 4)
+                laggardAfter: data.sizes.laggardCommits / 4, bumpingCounter: false)
         },
     ]
 }
