@@ -130,10 +130,13 @@ enum SQL: Int, CaseIterable {
         switch self {
         case .readState:
             // One step reads the commit counter and whether foreign writes are still unsealed.
+            // NOT INDEXED: the three rows sit in the table's one page, and scanning it spares a
+            // read of the name index's page, which after another connection's commit (SQLite
+            // then drops its page cache) is a read from the WAL or the file.
             return """
-                SELECT (SELECT value FROM snapshotdb_meta WHERE name = 'commit'),
-                       (SELECT value FROM snapshotdb_meta WHERE name = 'external')
-                     - (SELECT value FROM snapshotdb_meta WHERE name = 'external_sealed')
+                SELECT (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'commit'),
+                       (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external')
+                     - (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external_sealed')
                 """
         case .writeCommit: return "UPDATE snapshotdb_meta SET value = ?1 WHERE name = 'commit'"
         case .sealExternal:
