@@ -71,6 +71,15 @@ final class ConnectionCore: @unchecked Sendable {
     /// changeset) through the writer path; if that is impossible (a read-only file), the read
     /// goes on with the cache dropped, which is always safe.
     private func beginReadSnapshot() throws(DatabaseError) -> UInt64 {
+        try beginReadSnapshotMovingCache().commit
+    }
+
+    /// ``beginReadSnapshot()``, also returning the commit the cache moved from and the
+    /// changesets it moved by (`nil` when it was dropped instead), so that an advance does not
+    /// fetch them from the commit log twice.
+    private func beginReadSnapshotMovingCache() throws(DatabaseError) -> (
+        commit: UInt64, cacheMovedFrom: UInt64, changesets: [Changeset]?
+    ) {
         let handle = try handle()
         var attempts = 0
         while true {
@@ -83,15 +92,17 @@ final class ConnectionCore: @unchecked Sendable {
                 throw error
             }
             guard state.unsealed != 0 else {
-                moveCache(to: state.commit)
-                return state.commit
+                let movedFrom = cache.commit
+                let changesets = moveCache(to: state.commit)
+                return (state.commit, movedFrom, changesets)
             }
             attempts += 1
             if attempts > 2 {
                 database.observe(commit: state.commit)
+                let movedFrom = cache.commit
                 cache.removeAll()
                 cache.commit = state.commit
-                return state.commit
+                return (state.commit, movedFrom, nil)
             }
             endTransaction(handle)
             database.writerLock.lock()
@@ -147,15 +158,24 @@ final class ConnectionCore: @unchecked Sendable {
 
     /// Moves the cache to `commit`, dropping exactly what the commits in between changed, or
     /// everything when the commit log no longer reaches back to the cache's commit.
-    private func moveCache(to commit: UInt64) {
-        database.observe(commit: commit)
-        guard cache.commit != commit else { return }
+    ///
+    /// Returns the changesets it moved by, or `nil` when it dropped the cache.
+    @discardableResult
+    private func moveCache(to commit: UInt64) -> [Changeset]? {
+        guard cache.commit != commit else {
+            database.observe(commit: commit)
+            return []
+        }
+        // `changesets(after:through:)` publishes the commits up to `commit` first.
         if commit > cache.commit, let changesets = database.changesets(after: cache.commit, through: commit) {
             for changeset in changesets { cache.invalidate(with: changeset) }
-        } else {
-            cache.removeAll()
+            cache.commit = commit
+            return changesets
         }
+        database.observe(commit: commit)
+        cache.removeAll()
         cache.commit = commit
+        return nil
     }
 
     private func recordSnapshot(_ commit: UInt64?, bookmark isBookmark: Bool = false) {
@@ -267,20 +287,27 @@ final class ConnectionCore: @unchecked Sendable {
             bookmark = nil
             if let openedHandle { endTransaction(openedHandle) }
         }
-        let commit: UInt64
+        let snapshot: (commit: UInt64, cacheMovedFrom: UInt64, changesets: [Changeset]?)
         do {
-            commit = try beginReadSnapshot()
+            snapshot = try beginReadSnapshotMovingCache()
         } catch {
             recordSnapshot(nil)
             throw error
         }
+        let commit = snapshot.commit
         var changesets: [Changeset] = []
         if let previous, commit > previous {
-            // The old bookmark pinned the log since `previous`, so it holds every changeset; the
-            // fallback only guards against a trimmed log, and never skips a commit silently.
-            changesets =
-                database.changesets(after: previous, through: commit)
-                ?? (previous + 1...commit).map { Changeset(commit: $0, isExternal: true) }
+            if snapshot.cacheMovedFrom == previous, let moved = snapshot.changesets {
+                // The cache moved by exactly the commits this advance reports.
+                changesets = moved
+            } else {
+                // The old bookmark pinned the log since `previous`, so it holds every changeset;
+                // the fallback only guards against a trimmed log, and never skips a commit
+                // silently.
+                changesets =
+                    database.changesets(after: previous, through: commit)
+                    ?? (previous + 1...commit).map { Changeset(commit: $0, isExternal: true) }
+            }
         }
         bookmark = commit
         recordSnapshot(commit, bookmark: true)
