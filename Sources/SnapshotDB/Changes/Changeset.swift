@@ -105,8 +105,13 @@ struct ChangesetBuilder {
     }
 
     mutating func recordSet(_ key: String, in collection: String) {
-        setKeys[collection, default: []].insert(key)
-        removedKeys[collection]?.remove(key)
+        if let index = setKeys.index(forKey: collection) {
+            setKeys.values[index].insert(key)
+        } else {
+            setKeys[collection] = [key]
+        }
+        // Most transactions remove nothing: skip hashing the collection again.
+        if !removedKeys.isEmpty { removedKeys[collection]?.remove(key) }
     }
 
     mutating func recordRemove(_ key: String, in collection: String) {
