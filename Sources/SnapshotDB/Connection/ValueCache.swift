@@ -109,12 +109,28 @@ final class ValueCache {
     }
 
     /// Drops exactly what `changeset` may have changed.
+    ///
+    /// Walks the smaller side: the changed keys, or the cached ones when a large transaction
+    /// changed more keys than the cache holds (a bulk insert must not cost a cache lookup per
+    /// row at commit).
     func invalidate(with changeset: Changeset) {
         if changeset.isExternal || changeset.clearedAllCollections {
             removeAll()
             return
         }
+        guard count > 0 else { return }
         for collection in changeset.clearedCollections { removeCollection(collection) }
+        var changedKeys = 0
+        for keys in changeset.setKeys.values { changedKeys += keys.count }
+        for keys in changeset.removedKeys.values { changedKeys += keys.count }
+        if changedKeys > count {
+            let isUnchanged = { (key: CacheKey) in
+                !changeset.hasChange(forKey: key.key, inCollection: key.collection)
+            }
+            generations.pointee.young = generations.pointee.young.filter { isUnchanged($0.key) }
+            generations.pointee.old = generations.pointee.old.filter { isUnchanged($0.key) }
+            return
+        }
         for (collection, keys) in changeset.setKeys {
             for key in keys { remove(CacheKey(collection: collection, key: key)) }
         }
