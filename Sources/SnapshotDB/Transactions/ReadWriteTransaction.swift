@@ -20,9 +20,7 @@ public final class ReadWriteTransaction: ReadTransaction {
     override func cacheIsValid(for key: CacheKey) -> Bool {
         // The cache holds values as of the commit this transaction started from; anything the
         // transaction touched must be read from SQLite, which sees the transaction's writes.
-        !(changes.clearedAllCollections || changes.clearedCollections.contains(key.collection)
-            || changes.setKeys[key.collection]?.contains(key.key) == true
-            || changes.removedKeys[key.collection]?.contains(key.key) == true)
+        !changes.mayHaveChanged(key)
     }
 
     // MARK: Writing values
