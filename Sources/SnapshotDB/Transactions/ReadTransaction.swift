@@ -54,13 +54,18 @@ public class ReadTransaction {
     ) throws(DatabaseError) -> T? {
         try checkActive()
         let cacheKey = CacheKey(collection: collection, key: key)
-        guard var entry = try entry(for: cacheKey) else { return nil }
-        if let object = entry.object as? T { return object }
-        let value = try decode(T.self, from: entry.data, key: key, collection: collection)
-        if cacheIsValid(for: cacheKey) {
+        let cacheable = cacheIsValid(for: cacheKey)
+        if cacheable, var entry = core.cache.entry(for: cacheKey) {
+            if let object = entry.object as? T { return object }
+            let value = try decode(T.self, from: entry.data, key: key, collection: collection)
             entry.object = value
             core.cache.insert(entry, for: cacheKey)
+            return value
         }
+        // A miss is cached once, with its decoded value.
+        guard let data = try core.fetchData(cacheKey) else { return nil }
+        let value = try decode(T.self, from: data, key: key, collection: collection)
+        if cacheable { core.cache.insert(CacheEntry(data: data, object: value), for: cacheKey) }
         return value
     }
 
