@@ -17,8 +17,8 @@ struct BenchmarkCommand: ParsableCommand {
     @Option(help: "Rounds of each workload; the median is reported (default 5, 3 with --quick).")
     var rounds: Int?
 
-    @Option(help: "Rounds of the fsync-bound workloads c (FULL) and g (default 3).")
-    var writeRounds = 3
+    @Option(help: "Rounds of the fsync-bound workloads c (FULL) and g (default 5, 3 with --quick).")
+    var writeRounds: Int?
 
     @Option(help: "Only these rows, comma-separated (for example a,b,e). Row e needs b for its target.")
     var only: String?
@@ -35,12 +35,13 @@ struct BenchmarkCommand: ParsableCommand {
 
     func validate() throws {
         if let rounds, rounds < 1 { throw ValidationError("--rounds must be at least 1") }
-        if writeRounds < 1 { throw ValidationError("--write-rounds must be at least 1") }
+        if let writeRounds, writeRounds < 1 { throw ValidationError("--write-rounds must be at least 1") }
     }
 
     func run() throws {
         let sizes = quick ? Sizes.quick : Sizes.full
         let rounds = rounds ?? (quick ? 3 : 5)
+        let writeRounds = writeRounds ?? (quick ? 3 : 5)
         var workloads = makeWorkloads(sizes, writeRounds: writeRounds)
         if let only {
             let wanted = Set(only.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })

@@ -53,8 +53,8 @@ struct Report {
             let ours = perOperation(result, snapshotDB)
             let c = perOperation(result, sqlite)
             let other = perOperation(result, grdb)
-            let ratioC = ratio(ours, c)
-            let ratioGRDB = ratio(ours, other)
+            let ratioC = result.ratio(snapshotDB, to: sqlite)
+            let ratioGRDB = result.ratio(snapshotDB, to: grdb)
             var verdicts: [String] = []
             switch targets[workload.id] {
             case .atMostTimesC(let limit)?:
@@ -103,11 +103,6 @@ struct Report {
             return "\(format(seconds: seconds)); \(p99)"
         }
     }
-}
-
-private func ratio(_ numerator: Double?, _ denominator: Double?) -> Double? {
-    guard let numerator, let denominator, denominator > 0 else { return nil }
-    return numerator / denominator
 }
 
 func format(ratio: Double) -> String {

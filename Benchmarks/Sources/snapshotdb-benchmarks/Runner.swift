@@ -33,7 +33,13 @@ struct Workload {
     /// Rounds for this workload, when not the run's default (fsync-bound workloads).
     var rounds: Int?
     /// Runs the measured part on a subject; returns one duration per operation or one in all.
-    let body: (any Subject, WorkloadData) throws -> [Duration]
+    var body: ((any Subject, WorkloadData) throws -> [Duration])?
+    /// For long fsync-bound workloads, instead of `body`: the operations are split into
+    /// `interleavedChunks` chunks, and each chunk runs on every engine in turn (each engine with
+    /// its own database, open for the whole round), so that the disk's drift over a round of
+    /// many seconds hits every engine alike. Called with the chunk's range of operations.
+    var chunkBody: ((any Subject, WorkloadData, Range<Int>) throws -> [Duration])?
+    var interleavedChunks = 20
 }
 
 /// The median of each engine's rounds for one workload.
@@ -43,6 +49,23 @@ struct WorkloadResult {
     let values: [String: Duration]
     /// Engine name → the median of the rounds' 99th-percentile operation, for `worst`.
     let percentile99: [String: Duration]
+    /// Engine name → the statistic of every round, in round order.
+    let rounds: [String: [Duration]]
+
+    /// The median over rounds of `engine`'s statistic divided by `other`'s in the same round.
+    ///
+    /// Engines run back to back within a round, so a per-round ratio cancels most of the drift
+    /// of a noisy machine, which a ratio of two medians taken from different rounds does not.
+    func ratio(_ engine: String, to other: String) -> Double? {
+        guard let ours = rounds[engine], let theirs = rounds[other], ours.count == theirs.count else {
+            return nil
+        }
+        let ratios = zip(ours, theirs).compactMap { $1 > .zero ? $0.seconds / $1.seconds : nil }
+        guard !ratios.isEmpty else { return nil }
+        let sorted = ratios.sorted()
+        let middle = sorted.count / 2
+        return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+    }
 }
 
 /// Runs workloads on every engine, interleaving engines within each round so that a noisy
@@ -68,8 +91,16 @@ final class Runner {
         let rounds = workload.rounds ?? self.rounds
         for round in 0..<rounds {
             progress("(\(workload.id)) \(workload.title): round \(round + 1)/\(rounds)")
+            if workload.chunkBody != nil {
+                for (engine, measured) in try measureInterleaved(workload) {
+                    samples[engine, default: []].append(measured.reduce(.zero, +))
+                }
+                continue
+            }
             for offset in 0..<engines.count {
                 let engine = engines[(round + offset) % engines.count]
+                // Dirty pages the previous engine left are written back now, not during this one.
+                sync()
                 let measured = try measure(workload, on: engine)
                 let value: Duration
                 switch workload.statistic {
@@ -82,15 +113,48 @@ final class Runner {
             }
         }
         return WorkloadResult(
-            workload: workload, values: samples.mapValues(median), percentile99: percentiles.mapValues(median)
+            workload: workload, values: samples.mapValues(median),
+            percentile99: percentiles.mapValues(median),
+            rounds: samples
         )
     }
 
+    /// One round of a chunked workload: every engine's database is opened (and loaded), then the
+    /// chunks run on the engines in turn, the engine that goes first rotating.
+    private func measureInterleaved(_ workload: Workload) throws -> [String: [Duration]] {
+        guard let chunkBody = workload.chunkBody else { return [:] }
+        var subjects: [(name: String, subject: any Subject)] = []
+        var paths: [String] = []
+        defer {
+            subjects.removeAll()  // closes the databases before their files go
+            for path in paths { removeDatabase(path) }
+        }
+        for engine in engines {
+            let path = newPath(engine)
+            paths.append(path)
+            let subject = try engine.init(path: path, sync: workload.sync, checkpoints: workload.checkpoints)
+            subjects.append((engine.engineName, subject))
+            if case .rows = workload.fixture { try subject.load(keys: data.keys, payload: data.payload) }
+        }
+        var measured: [String: [Duration]] = [:]
+        let chunks = max(1, min(workload.interleavedChunks, workload.operations))
+        for chunk in 0..<chunks {
+            let range = (workload.operations * chunk / chunks)..<(workload.operations * (chunk + 1) / chunks)
+            for offset in 0..<subjects.count {
+                let entry = subjects[(chunk + offset) % subjects.count]
+                measured[entry.name, default: []] += try chunkBody(entry.subject, data, range)
+            }
+        }
+        for entry in subjects { try entry.subject.close() }
+        return measured
+    }
+
     private func measure(_ workload: Workload, on engine: any Subject.Type) throws -> [Duration] {
+        guard let body = workload.body else { return [] }
         switch workload.fixture {
         case .sharedRows, .sharedItems:
             let subject = try sharedSubject(engine, fixture: workload.fixture)
-            return try workload.body(subject, data)
+            return try body(subject, data)
         case .empty, .rows:
             let path = newPath(engine)
             defer { removeDatabase(path) }
@@ -103,9 +167,10 @@ final class Runner {
     private func measureFresh(_ workload: Workload, on engine: any Subject.Type, path: String) throws
         -> [Duration]
     {
+        guard let body = workload.body else { return [] }
         let subject = try engine.init(path: path, sync: workload.sync, checkpoints: workload.checkpoints)
         if case .rows = workload.fixture { try subject.load(keys: data.keys, payload: data.payload) }
-        let result = try workload.body(subject, data)
+        let result = try body(subject, data)
         try subject.close()
         return result
     }

@@ -23,22 +23,22 @@ func makeWorkloads(_ sizes: Sizes, writeRounds: Int) -> [Workload] {
         },
         Workload(
             id: "c", title: "one-row write transactions", operations: sizes.writeTransactions, fixture: .rows,
-            rounds: writeRounds
-        ) { subject, data in
-            try subject.writeTransactions(
-                keys: Array(data.writeKeys.prefix(data.sizes.writeTransactions)),
-                payloads: data.writePayloads,
-                laggardAfter: nil, bumpingCounter: false)
-        },
+            rounds: writeRounds,
+            chunkBody: { subject, data, range in
+                try subject.writeTransactions(
+                    keys: Array(data.writeKeys[range]), payloads: Array(data.writePayloads[range]),
+                    laggardAfter: nil, bumpingCounter: false)
+            }
+        ),
         Workload(
             id: "c-counter", title: "one-row write transactions, C and GRDB also bump a counter row",
-            operations: sizes.writeTransactions, fixture: .rows, rounds: writeRounds
-        ) { subject, data in
-            try subject.writeTransactions(
-                keys: Array(data.writeKeys.prefix(data.sizes.writeTransactions)),
-                payloads: data.writePayloads,
-                laggardAfter: nil, bumpingCounter: true)
-        },
+            operations: sizes.writeTransactions, fixture: .rows, rounds: writeRounds,
+            chunkBody: { subject, data, range in
+                try subject.writeTransactions(
+                    keys: Array(data.writeKeys[range]), payloads: Array(data.writePayloads[range]),
+                    laggardAfter: nil, bumpingCounter: true)
+            }
+        ),
         Workload(
             id: "c-normal", title: "one-row write transactions, synchronous NORMAL",
             operations: sizes.writeTransactions,
