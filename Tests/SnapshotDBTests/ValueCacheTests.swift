@@ -43,6 +43,28 @@ struct ValueCacheTests {
         }
     }
 
+    /// Raw bytes enter the cache on their second read, decoded values on their first.
+    @Test func rawValuesAreCachedOnTheirSecondRead() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let reader = db.newConnection(name: "reader")
+            try writer.readWrite { txn in
+                try txn.setData(Data([1]), forKey: "raw", inCollection: "c")
+                try txn.set(Item(title: "a"), forKey: "decoded", inCollection: "c")
+            }
+            try reader.read { txn throws in _ = try txn.data(forKey: "raw", inCollection: "c") }
+            #expect(reader.cachedValueCount == 0)
+            try reader.read { txn throws in _ = try txn.data(forKey: "raw", inCollection: "c") }
+            #expect(reader.cachedValueCount == 1)
+            try reader.read { txn throws in
+                _ = try txn.value(forKey: "decoded", inCollection: "c", as: Item.self)
+            }
+            #expect(reader.cachedValueCount == 2)
+            try writer.readWrite { txn in try txn.setData(Data([2]), forKey: "raw", inCollection: "c") }
+            #expect(try reader.read { try $0.data(forKey: "raw", inCollection: "c") } == Data([2]))
+        }
+    }
+
     /// Values of another collection with the same key stay cached and correct.
     @Test func keysAreScopedByCollection() throws {
         try withTemporaryDatabase { db throws in

@@ -8,7 +8,8 @@ internal import Foundation
 struct CacheKey: Hashable {
     let collection: String
     let key: String
-    private let precomputedHash: Int
+    /// Seeded per process, like every `Hasher` value.
+    let precomputedHash: Int
 
     init(collection: String, key: String) {
         self.collection = collection
@@ -48,6 +49,9 @@ final class ValueCache {
     private struct Generations {
         var young: [CacheKey: CacheEntry] = [:]
         var old: [CacheKey: CacheEntry] = [:]
+        /// The hashes of recent raw-read misses, one per slot (a newer miss overwrites an older
+        /// one in its slot): see ``admitsRawValue(for:)``.
+        var recentMisses: [Int] = []
     }
 
     /// The two generations, behind a pointer rather than in stored `var`s: every access to a
@@ -62,7 +66,13 @@ final class ValueCache {
     init(limit: Int) {
         generationLimit = max(0, limit / 2)
         generations = .allocate(capacity: 1)
-        generations.initialize(to: Generations())
+        var initial = Generations()
+        if limit > 0 {
+            // A power of two at least twice the cache's size.
+            let slots = 1 << (Int.bitWidth - max(1, 2 * limit - 1).leadingZeroBitCount)
+            initial.recentMisses = [Int](repeating: 0, count: slots)
+        }
+        generations.initialize(to: initial)
     }
 
     deinit {
@@ -79,6 +89,34 @@ final class ValueCache {
         guard let entry = generations.pointee.old.removeValue(forKey: key) else { return nil }
         insert(entry, for: key)
         return entry
+    }
+
+    /// Whether a raw value (bytes read without decoding) that missed the cache should enter it:
+    /// on its second read among recent misses, not its first.
+    ///
+    /// A raw value costs little to read again from SQLite, while caching one that is never read
+    /// again costs an insert and an eviction, which made random reads of many keys a third
+    /// slower than SQLite's own. A key read twice in a short time is admitted; decoded values
+    /// (expensive to rebuild) are always cached. The filter is a table of recent misses' hashes
+    /// where each key has two candidate slots (so that two hot keys that share one slot do not
+    /// keep evicting each other); a key that finds no free slot overwrites its first. Forgetting
+    /// a miss only delays an admission and a collision of full hashes only admits a value early:
+    /// neither can make a read wrong.
+    func admitsRawValue(for key: CacheKey) -> Bool {
+        guard isEnabled else { return false }
+        let hash = key.precomputedHash
+        let mask = generations.pointee.recentMisses.count - 1
+        let first = hash & mask
+        let second = (hash >> 32 ^ hash >> 16) & mask
+        for slot in [first, second] where generations.pointee.recentMisses[slot] == hash {
+            generations.pointee.recentMisses[slot] = 0
+            return true
+        }
+        let slot =
+            generations.pointee.recentMisses[first] != 0 && generations.pointee.recentMisses[second] == 0
+            ? second : first
+        generations.pointee.recentMisses[slot] = hash
+        return false
     }
 
     /// Inserts or replaces the entry of `key` in the young generation, which first becomes the

@@ -39,7 +39,7 @@ public class ReadTransaction {
         if cacheable, let entry = core.cache.entry(for: key) { return entry }
         guard let data = try core.fetchData(key) else { return nil }
         let entry = CacheEntry(data: data, object: nil)
-        if cacheable { core.cache.insert(entry, for: key) }
+        if cacheable, core.cache.admitsRawValue(for: key) { core.cache.insert(entry, for: key) }
         return entry
     }
 
