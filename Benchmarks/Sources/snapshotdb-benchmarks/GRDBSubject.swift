@@ -176,7 +176,7 @@ final class GRDBSubject: Subject {
     }
 
     func warm(keys: [String]) throws {
-        _ = try read(keys)
+        _ = try read(keys + keys)
     }
 
     func close() throws {

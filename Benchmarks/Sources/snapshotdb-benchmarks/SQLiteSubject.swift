@@ -176,7 +176,7 @@ final class SQLiteSubject: Subject {
     }
 
     func warm(keys: [String]) throws {
-        _ = try read(keys)
+        _ = try read(keys + keys)
     }
 
     func close() throws {}

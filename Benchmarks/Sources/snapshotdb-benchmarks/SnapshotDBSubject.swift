@@ -155,7 +155,7 @@ final class SnapshotDBSubject: Subject {
     }
 
     func warm(keys: [String]) throws {
-        _ = try read(keys)
+        _ = try read(keys + keys)
     }
 
     func close() throws {}

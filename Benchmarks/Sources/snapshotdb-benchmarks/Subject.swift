@@ -58,7 +58,8 @@ protocol Subject: AnyObject {
     func insertItems(keys: [String], items: [Item]) throws -> Duration
     /// (f) Reads and decodes `keys` in one read transaction.
     func readItems(keys: [String]) throws -> (time: Duration, found: Int)
-    /// Warms whatever cache the engine has with `keys` (not timed).
+    /// Warms whatever cache the engine has with `keys`, reading each twice (SnapshotDB caches
+    /// raw bytes on their second read) (not timed).
     func warm(keys: [String]) throws
 
     /// Closes the database; the runner deletes the files afterwards.
