@@ -65,6 +65,23 @@ struct ValueCacheTests {
         }
     }
 
+    /// A commit by a foreign client drops every cached value; reads go on from SQLite.
+    @Test func foreignCommitsDropTheCache() throws {
+        try withTemporaryDatabase { db throws in
+            let connection = db.newConnection(name: "connection")
+            try connection.readWrite { try $0.setData(Data([1]), forKey: "a", inCollection: "c") }
+            for _ in 0..<2 {
+                #expect(try connection.read { try $0.data(forKey: "a", inCollection: "c") } == Data([1]))
+            }
+            #expect(connection.cachedValueCount == 1)
+            try run(
+                "/usr/bin/sqlite3", [db.path, "UPDATE snapshotdb_values SET data = x'02' WHERE key = 'a'"])
+            for _ in 0..<2 {
+                #expect(try connection.read { try $0.data(forKey: "a", inCollection: "c") } == Data([2]))
+            }
+        }
+    }
+
     /// Values of another collection with the same key stay cached and correct.
     @Test func keysAreScopedByCollection() throws {
         try withTemporaryDatabase { db throws in

@@ -143,7 +143,9 @@ final class ValueCache {
     }
 
     func removeAll() {
-        generations.pointee = Generations()
+        // The recent misses stay: they only remember that keys were read, not what they held.
+        generations.pointee.young = [:]
+        generations.pointee.old = [:]
     }
 
     /// Drops exactly what `changeset` may have changed.
