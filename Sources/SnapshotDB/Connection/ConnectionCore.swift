@@ -15,6 +15,10 @@ final class ConnectionCore: @unchecked Sendable {
     private let defaultCodec = JSONValueCodec()
     /// The bookmarked commit while a long-lived read transaction is open.
     private(set) var bookmark: UInt64?
+    /// The commit counter as of a pager data version this connection saw with no unsealed
+    /// foreign write, so that a write transaction that finds the version unchanged (nobody, in
+    /// this process or another, committed since) need not read the metadata table again.
+    private var knownState: (dataVersion: UInt32, commit: UInt64)?
 
     init(database: Database, name: String, id: Int) {
         self.database = database
@@ -122,7 +126,20 @@ final class ConnectionCore: @unchecked Sendable {
         while true {
             try handle.statement(.beginImmediate).execute()
             do throws(DatabaseError) {
-                let state = try readState(handle)
+                // BEGIN IMMEDIATE has started the transaction's snapshot, so the data version is
+                // that snapshot's.
+                let version = handle.dataVersion
+                let state: (commit: UInt64, unsealed: Int64)
+                if let knownState, knownState.dataVersion == version {
+                    state = (knownState.commit, 0)
+                    #if DEBUG
+                        let read = try readState(handle)
+                        assert(read.commit == state.commit && read.unsealed == 0, "stale commit counter")
+                    #endif
+                } else {
+                    state = try readState(handle)
+                    knownState = state.unsealed == 0 ? (version, state.commit) : nil
+                }
                 guard state.unsealed != 0 else {
                     moveCache(to: state.commit)
                     return state.commit
@@ -145,6 +162,7 @@ final class ConnectionCore: @unchecked Sendable {
                 database.observe(commit: sealed)
                 database.checkpointer.didCommit(sealed)
             } catch {
+                knownState = nil
                 endTransaction(handle)
                 throw error
             }
@@ -264,9 +282,13 @@ final class ConnectionCore: @unchecked Sendable {
         do throws(DatabaseError) {
             try handle.statement(.commit).execute()
         } catch {
+            knownState = nil
             database.discardPending(commit)
             throw error
         }
+        // This handle's own commit changed the data version; nobody else can have committed
+        // since (the version moves on others' commits only when this handle starts a transaction).
+        knownState = (handle.dataVersion, commit)
         // The SQLite transaction is over: release the snapshot before publishing the commit, so
         // that the monitor never sees this writer's start commit as lagging behind its own commit.
         recordSnapshot(nil)

@@ -77,6 +77,15 @@ final class SQLiteHandle {
         return statement
     }
 
+    /// The pager's data version (`SQLITE_FCNTL_DATA_VERSION`): it changes whenever the content
+    /// of the database changes, by a commit on this handle or by one of any other connection (in
+    /// this process or another, seen when this handle next starts a transaction).
+    var dataVersion: UInt32 {
+        var version: UInt32 = 0
+        _ = sqlite3_file_control(pointer, "main", SQLITE_FCNTL_DATA_VERSION, &version)
+        return version
+    }
+
     /// Whether the handle is outside any transaction (`sqlite3_get_autocommit`).
     var isAutocommit: Bool { sqlite3_get_autocommit(pointer) != 0 }
 
