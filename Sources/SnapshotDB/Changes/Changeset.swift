@@ -160,6 +160,13 @@ struct ChangesetBuilder {
     /// Folds the log into a changeset: the last operation on a key wins, and a cleared
     /// collection forgets the keys written before the clear.
     func build(commit: UInt64, connectionName: String, info: [String: String]) -> Changeset {
+        if operations.count == 1, operations[0].kind == .set {
+            // The most common transaction: one value set.
+            return Changeset(
+                commit: commit, setKeys: [operations[0].collection: [operations[0].key]],
+                clearedAllCollections: clearedAllCollections, connectionName: connectionName, date: Date(),
+                info: info)
+        }
         var setKeys: [String: Set<String>] = [:]
         var removedKeys: [String: Set<String>] = [:]
         var clearedCollections: Set<String> = []

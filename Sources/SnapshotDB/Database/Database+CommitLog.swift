@@ -124,7 +124,11 @@ extension Database {
     /// `commitLogRetention` for idle connections' cache invalidation.
     private func trimCommitLog(_ state: inout DatabaseState) {
         let excess = state.commitLog.count - configuration.commitLogRetention
-        guard excess > 0 else { return }
+        // In batches of a quarter of the retention: removing from the front of an array moves
+        // every element left, and doing that for one changeset per commit, once the log was
+        // full, cost as much as the rest of the commit.
+        let batch = max(1, configuration.commitLogRetention / 4)
+        guard excess >= batch else { return }
         let oldestPinned =
             state.connections.values.compactMap { $0.isBookmark ? $0.snapshot : nil }.min()
             ?? state.latestCommit
@@ -132,10 +136,7 @@ extension Database {
         // Keep every changeset after the oldest bookmark: that bookmark will ask for them.
         let removable = oldestPinned >= first ? Int(oldestPinned - first + 1) : 0
         let count = min(excess, removable)
-        // In batches of a quarter of the retention: removing from the front of an array moves
-        // every element left, and doing that for one changeset per commit, once the log was
-        // full, cost as much as the rest of the commit.
-        if count >= max(1, configuration.commitLogRetention / 4) { state.commitLog.removeFirst(count) }
+        if count >= batch { state.commitLog.removeFirst(count) }
     }
 
     /// How many changesets the commit log holds (for tests and the monitor).
