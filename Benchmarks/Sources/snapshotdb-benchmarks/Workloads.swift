@@ -40,6 +40,19 @@ func makeWorkloads(_ sizes: Sizes, writeRounds: Int) -> [Workload] {
             }
         ),
         Workload(
+            id: "c-checkpointing", title: "one-row write transactions, each engine's own checkpoints",
+            operations: sizes.writeTransactions, checkpoints: .engineDefault, fixture: .rows,
+            rounds: writeRounds
+        ) { subject, data in
+            // Not interleaved: SnapshotDB's checkpoints run in the background and would land in
+            // the other engines' chunks. Each engine's database is closed (its checkpoints done)
+            // before the next engine starts.
+            try subject.writeTransactions(
+                keys: Array(data.writeKeys.prefix(data.sizes.writeTransactions)),
+                payloads: data.writePayloads,
+                laggardAfter: nil, bumpingCounter: false)
+        },
+        Workload(
             id: "c-normal", title: "one-row write transactions, synchronous NORMAL",
             operations: sizes.writeTransactions,
             sync: .normal, fixture: .rows
@@ -50,8 +63,19 @@ func makeWorkloads(_ sizes: Sizes, writeRounds: Int) -> [Workload] {
                 laggardAfter: nil, bumpingCounter: false)
         },
         Workload(
+            id: "c-normal-counter",
+            title: "one-row write transactions, synchronous NORMAL, C and GRDB also bump a counter row",
+            operations: sizes.writeTransactions,
+            sync: .normal, fixture: .rows
+        ) { subject, data in
+            try subject.writeTransactions(
+                keys: Array(data.writeKeys.prefix(data.sizes.writeTransactions)),
+                payloads: data.writePayloads,
+                laggardAfter: nil, bumpingCounter: true)
+        },
+        Workload(
             id: "d", title: "advance past one commit, read the changed row", operations: sizes.advances,
-            fixture: .rows
+            checkpoints: .engineDefault, fixture: .rows
         ) { subject, data in
             [try subject.advanceAndRead(keys: data.writeKeys, iterations: data.sizes.advances, writes: true)]
         },
