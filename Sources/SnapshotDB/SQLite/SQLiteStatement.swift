@@ -23,29 +23,37 @@ final class SQLiteStatement {
 
     deinit { sqlite3_finalize(statement) }
 
-    /// Binds a string (`sqlite3_bind_text`, copied by SQLite), keeping embedded NUL characters.
+    /// Binds a string (`sqlite3_bind_text64`, copied by SQLite), keeping embedded NUL characters.
+    ///
+    /// The 64-bit form takes any length, so a string longer than SQLite accepts fails with
+    /// `SQLITE_TOOBIG` (``DatabaseError/Code/valueTooLarge``) instead of overflowing a 32-bit
+    /// length.
     func bind(_ text: String, at index: Int32) throws(DatabaseError) {
         var text = text
         let result = text.withUTF8 { buffer -> Int32 in
             guard let base = buffer.baseAddress else {
-                return sqlite3_bind_text(statement, index, "", 0, snapshotdb_transient)
+                return sqlite3_bind_text64(statement, index, "", 0, snapshotdb_transient, UInt8(SQLITE_UTF8))
             }
             return base.withMemoryRebound(to: CChar.self, capacity: buffer.count) {
-                sqlite3_bind_text(statement, index, $0, Int32(buffer.count), snapshotdb_transient)
+                sqlite3_bind_text64(
+                    statement, index, $0, sqlite3_uint64(buffer.count), snapshotdb_transient,
+                    UInt8(SQLITE_UTF8))
             }
         }
-        try check(result, "bind text")
+        try check(result, "bind text of \(text.utf8.count) bytes")
     }
 
-    /// Binds bytes (`sqlite3_bind_blob`, copied by SQLite); empty data binds an empty blob, not NULL.
+    /// Binds bytes (`sqlite3_bind_blob64`, copied by SQLite); empty data binds an empty blob, not
+    /// NULL. Bytes longer than SQLite accepts fail with `SQLITE_TOOBIG`, as for ``bind(_:at:)``.
     func bind(_ data: Data, at index: Int32) throws(DatabaseError) {
         let result = data.withUnsafeBytes { buffer in
             if let base = buffer.baseAddress {
-                return sqlite3_bind_blob(statement, index, base, Int32(buffer.count), snapshotdb_transient)
+                return sqlite3_bind_blob64(
+                    statement, index, base, sqlite3_uint64(buffer.count), snapshotdb_transient)
             }
             return sqlite3_bind_zeroblob(statement, index, 0)
         }
-        try check(result, "bind blob")
+        try check(result, "bind blob of \(data.count) bytes")
     }
 
     /// Binds a 64-bit integer (`sqlite3_bind_int64`).
