@@ -194,6 +194,70 @@ struct MisuseTests {
 
     // MARK: Cancelled tasks
 
+    /// A task cancelled before its transaction begins gets `CancellationError` and the closure
+    /// never runs, whether it was cancelled before the call, while queued behind another
+    /// transaction of its connection, or while waiting for the database's writer.
+    @Test func cancelledTaskDoesNotStartItsTransaction() async throws {
+        try await withTemporaryDatabase { db async throws in
+            let writer = db.newConnection(name: "writer")
+            let other = db.newConnection(name: "other")
+            let bodyRan = Flag()
+
+            let cancelledBeforeTheCall = Task {
+                withUnsafeCurrentTask { $0?.cancel() }
+                return try await writer.readWrite { txn in
+                    bodyRan.raise()
+                    try txn.set("lost", forKey: "before the call", inCollection: "c")
+                }
+            }
+            await #expect(throws: CancellationError.self) { try await cancelledBeforeTheCall.value }
+            let cancelledRead = Task {
+                withUnsafeCurrentTask { $0?.cancel() }
+                return try await writer.read { _ in bodyRan.raise() }
+            }
+            await #expect(throws: CancellationError.self) { try await cancelledRead.value }
+
+            // Timeline:  blocker (writer): readWrite { started | wait for proceed }
+            //            | queued (writer) waits for the connection; waiting (other) for the writer lock
+            //            | both cancelled | proceed | blocker commits | both: CancellationError
+            let (started, startedContinuation) = AsyncStream<Void>.makeStream()
+            let proceed = DispatchSemaphore(value: 0)
+            let blocker = Task.detached {
+                try await writer.readWrite { txn in
+                    try txn.set("blocker", forKey: "blocker", inCollection: "c")
+                    startedContinuation.yield()
+                    proceed.wait()
+                }
+            }
+            for await _ in started { break }
+            let queued = Task {
+                try await writer.readWrite { txn in
+                    bodyRan.raise()
+                    try txn.set("lost", forKey: "queued", inCollection: "c")
+                }
+            }
+            let waiting = Task {
+                try await other.readWrite { txn in
+                    bodyRan.raise()
+                    try txn.set("lost", forKey: "waiting", inCollection: "c")
+                }
+            }
+            queued.cancel()
+            waiting.cancel()
+            proceed.signal()
+            try await blocker.value
+            await #expect(throws: CancellationError.self) { try await queued.value }
+            await #expect(throws: CancellationError.self) { try await waiting.value }
+
+            #expect(!bodyRan.isRaised)
+            #expect(db.latestCommit == 1)
+            #expect(try await other.read { try $0.keys(inCollection: "c") } == ["blocker"])
+            // The connections go on working.
+            try await other.readWrite { try $0.set("after", forKey: "after", inCollection: "c") }
+            #expect(db.latestCommit == 2)
+        }
+    }
+
     /// Cancellation does not interrupt a transaction that started: its closure runs to the end
     /// and the transaction commits (or rolls back) as the closure decides, so the caller never
     /// has to guess whether a cancelled write happened.
