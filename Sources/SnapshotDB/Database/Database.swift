@@ -129,10 +129,25 @@ public final class Database: Sendable {
     }
 
     /// The absolute path of `path` with symlinks resolved; the file itself need not exist.
+    ///
+    /// Refuses what names no file before any C call sees it: an empty path (which would
+    /// resolve to the working directory), a path with a NUL character (which C would silently
+    /// cut short, opening another file), and a symbolic link to a missing file.
     static func resolve(_ path: String) throws(DatabaseError) -> String {
+        guard !path.isEmpty else {
+            throw DatabaseError(.cannotOpen, "the database path is empty")
+        }
+        guard !path.utf8.contains(0) else {
+            throw DatabaseError(
+                .cannotOpen, "the database path \(path.debugDescription) contains a NUL character")
+        }
         if let real = realpath(path, nil) {
             defer { free(real) }
             return String(cString: real)
+        }
+        if let destination = try? FileManager.default.destinationOfSymbolicLink(atPath: path) {
+            throw DatabaseError(
+                .cannotOpen, "\(path) is a symbolic link to \(destination), which does not exist")
         }
         let url = URL(fileURLWithPath: path)
         let directory = url.deletingLastPathComponent().path
