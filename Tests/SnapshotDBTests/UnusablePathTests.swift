@@ -1,11 +1,123 @@
+import CSQLite
 import Foundation
 import SnapshotDB
 import Testing
 
-/// Paths SnapshotDB cannot use: directories, empty or missing paths.
+/// Paths SnapshotDB cannot use: read-only locations, directories, empty or missing paths.
 /// Each is refused with a typed error, and nothing is created or changed.
 @Suite("Read-only and unusable paths")
 struct UnusablePathTests {
+    // MARK: Read-only file systems
+
+    /// A database with commits 1...3 in `directory`, released (no `-wal` or `-shm` left).
+    static func makeDatabase(in directory: URL) throws -> String {
+        let path = directory.appendingPathComponent("db.sqlite").path
+        let db = try Database(path: path)
+        let writer = db.newConnection(name: "setup")
+        for index in 0..<3 {
+            try writer.readWrite {
+                try $0.set(Item(title: "kept \(index)"), forKey: "\(index)", inCollection: "c")
+            }
+        }
+        return path
+    }
+
+    /// Runs `body` with a read-only view of a fresh `source` directory that `prepare` filled.
+    static func withReadOnlyView(
+        of prepare: (URL) throws -> Void, _ body: (_ source: URL, _ view: URL) throws -> Void
+    ) throws {
+        try withTemporaryDirectory { directory in
+            let source = directory.appendingPathComponent("source")
+            try FileManager.default.createDirectory(at: source, withIntermediateDirectories: false)
+            try prepare(source)
+            let mount = try ReadOnlyMount(of: source, at: directory.appendingPathComponent("view"))
+            defer { mount.unmount() }
+            try body(source, mount.url)
+        }
+    }
+
+    @Test(.enabled(if: ReadOnlyMount.isAvailable, "needs root and mount(8) to make a read-only bind mount"))
+    func newDatabaseOnAReadOnlyFileSystemThrowsReadOnlyAndCreatesNothing() throws {
+        let nothing: (URL) throws -> Void = { _ in }
+        try Self.withReadOnlyView(of: nothing) { source, view throws in
+            let error = expectError(.readOnly) {
+                try Database(path: view.appendingPathComponent("new.sqlite").path)
+            }
+            #expect(error?.message.contains("Read-only file system") == true, "\(String(describing: error))")
+            #expect(try directoryContents(source).isEmpty)
+        }
+    }
+
+    /// A WAL database closed cleanly has no `-wal` or `-shm`, and SQLite cannot read it where
+    /// it cannot create them: the open fails with `readOnly`, saying so, and changes nothing.
+    @Test(.enabled(if: ReadOnlyMount.isAvailable, "needs root and mount(8) to make a read-only bind mount"))
+    func closedDatabaseOnAReadOnlyFileSystemThrowsReadOnlyAndChangesNothing() throws {
+        let database: (URL) throws -> Void = { _ = try Self.makeDatabase(in: $0) }
+        try Self.withReadOnlyView(of: database) { source, view throws in
+            let before = try directoryContents(source)
+            let path = view.appendingPathComponent("db.sqlite").path
+            let error = expectError(.readOnly) { try Database(path: path) }
+            #expect(error?.sqliteCode.map { $0 & 0xFF } == SQLITE_CANTOPEN)
+            #expect(error?.message.contains("Read-only file system") == true, "\(String(describing: error))")
+            #expect(error?.message.contains("-wal and -shm") == true)
+            #expect(try directoryContents(source) == before)
+            // The failed open released the path: it opens again (and fails the same way).
+            expectError(.readOnly) { try Database(path: path) }
+            #expect(try isIntact(source.appendingPathComponent("db.sqlite").path))
+        }
+    }
+
+    /// With its `-wal` and `-shm` beside it (as a crash or a copy leaves them), a database on a
+    /// read-only file system opens read-only: every commit is readable, every write fails
+    /// with `readOnly`, and no byte changes.
+    @Test(.enabled(if: ReadOnlyMount.isAvailable, "needs root and mount(8) to make a read-only bind mount"))
+    func databaseWithItsWALOnAReadOnlyFileSystemIsReadableAndRefusesWrites() throws {
+        try withTemporaryDirectory { directory throws in
+            let copy = try DamagedFileTests.CrashCopy.make(in: directory)
+            try copy.staleSharedMemory.write(to: URL(fileURLWithPath: copy.sharedMemoryPath))
+            let source = directory.appendingPathComponent("source")
+            try FileManager.default.createDirectory(at: source, withIntermediateDirectories: false)
+            for suffix in ["", "-wal", "-shm"] {
+                try FileManager.default.moveItem(
+                    atPath: copy.path + suffix,
+                    toPath: source.appendingPathComponent("db.sqlite" + suffix).path)
+            }
+            let before = try directoryContents(source)
+            let mount = try ReadOnlyMount(of: source, at: directory.appendingPathComponent("view"))
+            defer { mount.unmount() }
+            do {
+                let db = try Database(path: mount.url.appendingPathComponent("db.sqlite").path)
+                let allCommits = DamagedFileTests.CrashCopy.allCommits
+                #expect(db.latestCommit == allCommits)
+                let reader = db.newConnection(name: "reader")
+                try reader.read { txn throws in
+                    #expect(try txn.keys(inCollection: "c") == (0..<Int(allCommits)).map(String.init))
+                    #expect(
+                        try txn.value(forKey: "9", inCollection: "c", as: Item.self)
+                            == Item(title: "wal 9", count: 9))
+                }
+                #expect(try reader.beginLongLivedReadTransaction() == [])
+                #expect(try reader.read { $0.commit } == allCommits)
+                let writer = db.newConnection(name: "writer")
+                for write in [
+                    { (txn: ReadWriteTransaction) in
+                        try txn.set(Item(title: "new"), forKey: "new", inCollection: "c")
+                    },
+                    { (txn: ReadWriteTransaction) in try txn.removeValue(forKey: "0", inCollection: "c") },
+                    { (txn: ReadWriteTransaction) in try txn.removeAllCollections() },
+                ] {
+                    let error = expectError(.readOnly) { try writer.readWrite(write) }
+                    #expect(error?.sqliteCode.map { $0 & 0xFF } == SQLITE_READONLY)
+                }
+                let checkpoint = try? db.checkpoint(.truncate)
+                #expect(checkpoint?.isComplete != true)
+                #expect(db.latestCommit == allCommits)
+                #expect(try reader.read { try $0.count(inCollection: "c") } == Int(allCommits))
+            }
+            #expect(try directoryContents(source) == before)
+        }
+    }
+
     // MARK: Paths that name no usable file
 
     @Test func directoryIsRefusedAndNothingIsCreated() throws {

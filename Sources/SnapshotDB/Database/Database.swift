@@ -73,7 +73,7 @@ public final class Database: Sendable {
             self.checkpointer = Checkpointer(path: resolved, configuration: configuration, handle: setup)
         } catch {
             OpenFiles.release(resolved)
-            throw error
+            throw Self.explainUnwritableDirectory(error, path: resolved)
         }
         checkpointer.database = WeakDatabase(self)
         checkpointer.checkpointAtOpen()
@@ -126,6 +126,22 @@ public final class Database: Sendable {
     static func readCommitCounter(_ handle: SQLiteHandle) throws(DatabaseError) -> UInt64 {
         let value = try handle.int64("SELECT value FROM snapshotdb_meta WHERE name = 'commit'") ?? 0
         return UInt64(max(0, value))
+    }
+
+    /// SQLite can read a WAL database only with its `-wal` and `-shm` files; when it cannot
+    /// create them (a read-only file system, a directory the process may not write), it fails
+    /// with `SQLITE_CANTOPEN` and "unable to open database file". That error becomes
+    /// `readOnly`, saying why.
+    static func explainUnwritableDirectory(_ error: DatabaseError, path: String) -> DatabaseError {
+        guard error.code == .cannotOpen, let sqliteCode = error.sqliteCode else { return error }
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        guard access(directory, W_OK) != 0 else { return error }
+        let reason = String(cString: strerror(errno))
+        return DatabaseError(
+            .readOnly,
+            "\(path) cannot be read: its directory cannot be written (\(reason)), and SQLite needs to "
+                + "create the -wal and -shm files beside a WAL database to read it (\(error.message))",
+            sqliteCode: sqliteCode)
     }
 
     /// The absolute path of `path` with symlinks resolved; the file itself need not exist.
