@@ -201,4 +201,30 @@ struct BusyTests {
             #expect(try isIntact(path))
         }
     }
+
+    /// `busyTimeout` is a `Duration`, SQLite's timeout 32-bit milliseconds: a longer timeout
+    /// waits as long as SQLite can (about 24 days) and a negative one does not wait; neither
+    /// may crash the open.
+    @Test(arguments: [Duration.seconds(100 * 86_400), .seconds(Int64.max), .milliseconds(-5)])
+    func busyTimeoutOutsideSQLitesRangeIsClamped(_ timeout: Duration) throws {
+        var configuration = Configuration()
+        configuration.busyTimeout = timeout
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let writer = db.newConnection()
+            try writer.readWrite { try $0.set(Item(title: "kept"), forKey: "kept", inCollection: "c") }
+            #expect(db.latestCommit == 1)
+            guard timeout < .zero else { return }
+            let child = try SQLiteChild(path: db.path, statements: ["BEGIN IMMEDIATE"])
+            let clock = ContinuousClock()
+            let start = clock.now
+            expectError(.busy) {
+                try writer.readWrite {
+                    try $0.set(Item(title: "refused"), forKey: "refused", inCollection: "c")
+                }
+            }
+            #expect(clock.now - start < .seconds(1))
+            try child.release()
+            #expect(db.latestCommit == 1)
+        }
+    }
 }

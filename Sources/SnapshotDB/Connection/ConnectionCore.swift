@@ -28,7 +28,7 @@ final class ConnectionCore: @unchecked Sendable {
         if let openedHandle { return openedHandle }
         let configuration = database.configuration
         let handle = try SQLiteHandle(path: database.path)
-        handle.setBusyTimeout(milliseconds: Int32(configuration.busyTimeout / .milliseconds(1)))
+        handle.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
         try handle.configureForSnapshotDB(
             synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
         handle.setWALHook(database.checkpointer)

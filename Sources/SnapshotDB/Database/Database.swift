@@ -62,7 +62,7 @@ public final class Database: Sendable {
                 try Schema.createFile(at: resolved, mode: configuration.fileMode)
             }
             let setup = try SQLiteHandle(path: resolved)
-            setup.setBusyTimeout(milliseconds: Int32(configuration.busyTimeout / .milliseconds(1)))
+            setup.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
             try Schema.prepare(setup, path: resolved)
             try setup.configureForSnapshotDB(
                 synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
