@@ -172,6 +172,10 @@ struct DamagedFileTests {
             do {
                 let db = try Database(path: path)
                 #expect(db.latestCommit == commits, sourceLocation: sourceLocation)
+                // The open's checkpoint moved what was recovered into the main file and reset
+                // the WAL: a damaged tail is gone, not replayed later.
+                let walSize = try FileManager.default.attributesOfItem(atPath: walPath)[.size] as? NSNumber
+                #expect(walSize?.intValue == 0, sourceLocation: sourceLocation)
                 let reader = db.newConnection(name: "reader")
                 try reader.read { txn throws in
                     #expect(txn.commit == commits, sourceLocation: sourceLocation)

@@ -52,6 +52,24 @@ public final class Database: Sendable {
     /// SnapshotDB (or empty SQLite) database is refused and not modified, and no `-wal` or
     /// `-shm` is created for it.
     ///
+    /// Damaged and unwritable files:
+    ///
+    /// - A `-wal` or `-shm` left by a process that is gone (a crash, a copy) is recovered by
+    ///   SQLite and the open does not fail. The `-shm` is rebuilt from the `-wal` whatever it
+    ///   holds. The `-wal` is replayed up to its first frame that is cut short or fails its
+    ///   checksum: every commit checkpointed into the main file and every commit whose frames
+    ///   come before the damage opens intact, values and commit counter of the same commit.
+    ///   Commits after the damage are lost as if the process had died before making them (their
+    ///   commit numbers are given again to the next commits), and the open's checkpoint
+    ///   discards the damaged tail. A `-wal` of *another copy* of the database cannot be told
+    ///   from its own: never move a database file without its `-wal`, or beside another's.
+    /// - Damage to the main file is not looked for at open: reads and writes that reach a
+    ///   damaged page throw ``DatabaseError/Code/corrupt`` with SQLite's message and change
+    ///   nothing; values on intact pages stay readable.
+    /// - In a directory that cannot be written (a read-only file system), a database whose
+    ///   `-wal` and `-shm` exist opens read-only (reads work, writes throw `readOnly`); one
+    ///   without them cannot be read by SQLite and the open throws `readOnly`.
+    ///
     /// - Throws: see ``init(path:)``.
     public init(path: String, configuration: Configuration) throws(DatabaseError) {
         let resolved = try Self.resolve(path)
