@@ -107,6 +107,44 @@ struct DamagedFileTests {
         }
     }
 
+    /// Pages the open itself reads: the schema (page 1, after the 100-byte header SnapshotDB
+    /// checks) and the metadata table with the commit counter.
+    enum OpenPage: String, CaseIterable, Sendable {
+        case schema
+        case metadata
+    }
+
+    @Test(arguments: OpenPage.allCases)
+    func garbageOverAPageTheOpenReadsFailsTheOpenWithCorruptAndChangesNothing(_ page: OpenPage) throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("corrupt.sqlite").path
+            do {
+                let db = try Database(path: path)
+                try db.newConnection().readWrite {
+                    try $0.set(Item(title: "kept"), forKey: "k", inCollection: "c")
+                }
+            }
+            let pageSize = try #require(
+                Int(try sqlite3(path, "PRAGMA page_size").trimmingCharacters(in: .newlines)))
+            switch page {
+            case .schema:
+                try overwrite(path, at: 100, with: garbage(count: pageSize - 100))
+            case .metadata:
+                let root = try #require(
+                    Int(
+                        try sqlite3(path, "SELECT rootpage FROM sqlite_schema WHERE name = 'snapshotdb_meta'")
+                            .trimmingCharacters(in: .newlines)))
+                try overwrite(path, at: (root - 1) * pageSize, with: garbage(count: pageSize))
+            }
+            let before = try directoryContents(directory)
+            let error = expectError(.corrupt) { try Database(path: path) }
+            #expect(error?.message.contains("malformed") == true, "\(String(describing: error))")
+            #expect(try directoryContents(directory) == before)
+            // The failed open released the path: a second attempt fails the same way.
+            expectError(.corrupt) { try Database(path: path) }
+        }
+    }
+
     // MARK: A damaged -wal or -shm left by an earlier run
 
     /// A copy of a database as a crash leaves it: commits 1...5 checkpointed into the main file,
