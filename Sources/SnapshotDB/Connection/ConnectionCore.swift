@@ -131,6 +131,22 @@ final class ConnectionCore: @unchecked Sendable {
         }
     }
 
+    /// The error to throw when SQLite ended the open transaction on its own, or `nil` while it
+    /// is open.
+    ///
+    /// After some errors (a full disk or an I/O error while the page cache spills to the WAL,
+    /// out of memory) SQLite rolls back the whole transaction, and the next statement would run
+    /// in autocommit mode: a caller that caught the error and went on would write outside any
+    /// transaction, with no commit number. Transactions check this before every use and before
+    /// committing, and fail with the code of the error that ended the transaction.
+    func transactionEndedBySQLite() -> DatabaseError? {
+        guard let openedHandle, openedHandle.isAutocommit else { return nil }
+        let cause = openedHandle.lastError
+        var message = "SQLite rolled back the transaction after an error; nothing of it can be committed"
+        if let cause { message += " (\(cause.message))" }
+        return DatabaseError(cause?.code ?? .sqlite, message, sqliteCode: cause?.sqliteCode)
+    }
+
     /// Ends the open transaction without committing anything (reads end this way too).
     private func endTransaction(_ handle: SQLiteHandle) {
         if !handle.isAutocommit { try? handle.statement(.rollback).execute() }
@@ -200,6 +216,7 @@ final class ConnectionCore: @unchecked Sendable {
         do {
             let result = try body(transaction)
             transaction.end()
+            if let error = transactionEndedBySQLite() { throw error }
             guard !transaction.isRollbackRequested, !transaction.changes.isEmpty else {
                 endTransaction(handle)
                 return result

@@ -183,6 +183,11 @@ public final class ReadWriteTransaction: ReadTransaction {
             throw error
         }
         scope.end()
+        if let error = core.transactionEndedBySQLite() {
+            // `body` caught the error that ended the transaction: its savepoint is gone too.
+            shared.rollbackRequests.removeLast()
+            throw error
+        }
         if shared.rollbackRequests.removeLast() {
             try handle.execute("ROLLBACK TO \(name); RELEASE \(name)")
             (shared.changes, shared.info) = saved
