@@ -145,6 +145,74 @@ struct DamagedFileTests {
         }
     }
 
+    // MARK: SnapshotDB's own tables damaged by a foreign client
+
+    /// What a foreign client (the `sqlite3` shell) may do to SnapshotDB's metadata.
+    enum MetadataDamage: String, CaseIterable, Sendable {
+        case commitCounterDeleted = "DELETE FROM snapshotdb_meta WHERE name = 'commit'"
+        case externalMarkerDeleted = "DELETE FROM snapshotdb_meta WHERE name = 'external'"
+        case sealedMarkerDeleted = "DELETE FROM snapshotdb_meta WHERE name = 'external_sealed'"
+        case metadataTableDropped = "DROP TABLE snapshotdb_meta"
+        case valuesTableDropped = "DROP TABLE snapshotdb_values"
+    }
+
+    /// Damage done while the database is closed fails the open with `corrupt`. Done while it
+    /// is open, it fails every transaction: with `corrupt` for lost metadata rows, with SQLite's
+    /// "no such table" (`sqlite`) for a dropped table. Either way nothing more is written.
+    @Test(arguments: MetadataDamage.allCases)
+    func damagedMetadataIsReportedAsCorruptAndNothingIsWritten(_ damage: MetadataDamage) throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("meta.sqlite").path
+            let db = try Database(path: path)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(Item(title: "kept"), forKey: "kept", inCollection: "c") }
+
+            try sqlite3(path, damage.rawValue)
+            let contents = try sqlite3(path, ".dump")
+            let dropsATable = damage.rawValue.hasPrefix("DROP TABLE")
+            let code: DatabaseError.Code = dropsATable ? .sqlite : .corrupt
+            let reader = db.newConnection(name: "reader")
+            let readError = expectError(code) { try reader.read { try $0.keys(inCollection: "c") } }
+            #expect(readError?.message.contains("snapshotdb_") == true, "\(String(describing: readError))")
+            expectError(code) {
+                try writer.readWrite { try $0.set(Item(title: "lost"), forKey: "lost", inCollection: "c") }
+            }
+            if damage != .valuesTableDropped {
+                expectError(code) { try reader.beginLongLivedReadTransaction() }
+                #expect(!reader.isInLongLivedReadTransaction)
+            }
+            #expect(db.latestCommit == 1)
+            #expect(try sqlite3(path, ".dump") == contents)
+        }
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("meta.sqlite").path
+            do {
+                let db = try Database(path: path)
+                try db.newConnection().readWrite {
+                    try $0.set(Item(title: "kept"), forKey: "kept", inCollection: "c")
+                }
+            }
+            try sqlite3(path, damage.rawValue)
+            let before = try directoryContents(directory)
+            let error = expectError(.corrupt) { try Database(path: path) }
+            #expect(error?.message.contains("snapshotdb_") == true, "\(String(describing: error))")
+            #expect(try directoryContents(directory) == before)
+        }
+    }
+
+    /// Without its triggers, writes by foreign clients would go unnoticed by every cache.
+    @Test func droppedTriggerFailsTheOpenWithCorrupt() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("trigger.sqlite").path
+            _ = try Database(path: path)
+            try sqlite3(path, "DROP TRIGGER snapshotdb_external_update")
+            let before = try directoryContents(directory)
+            let error = expectError(.corrupt) { try Database(path: path) }
+            #expect(error?.message.contains("trigger") == true, "\(String(describing: error))")
+            #expect(try directoryContents(directory) == before)
+        }
+    }
+
     // MARK: A damaged -wal or -shm left by an earlier run
 
     /// A copy of a database as a crash leaves it: commits 1...5 checkpointed into the main file,

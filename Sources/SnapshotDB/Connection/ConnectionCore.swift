@@ -50,8 +50,10 @@ final class ConnectionCore: @unchecked Sendable {
     {
         let statement = try handle.statement(.readState)
         defer { statement.reset() }
-        guard try statement.step() else {
-            throw DatabaseError(.corrupt, "the SnapshotDB metadata table has no commit counter")
+        // The scalar subqueries always give a row; NULLs mean another client deleted rows of
+        // snapshotdb_meta, without which commits would be numbered wrong or not at all.
+        guard try statement.step(), !statement.isNull(at: 0), !statement.isNull(at: 1) else {
+            throw Schema.damagedMetadata(path: handle.path)
         }
         return (UInt64(max(0, statement.int64(at: 0))), statement.int64(at: 1))
     }
