@@ -47,7 +47,9 @@ let package = Package(
             name: "snapshotdb",
             dependencies: [
                 "CSQLite",
+                "SnapshotDB",
                 "SnapshotDBInspection",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictSettings
@@ -66,6 +68,8 @@ let package = Package(
                 "SnapshotDB",
                 "CSQLite",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
             ],
             swiftSettings: strictSettings
         ),

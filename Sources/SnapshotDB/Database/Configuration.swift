@@ -1,5 +1,6 @@
 internal import Foundation
 public import Logging
+public import Metrics
 
 /// How a ``Database`` opens its file and behaves; every property has a sensible default.
 ///
@@ -55,11 +56,22 @@ public struct Configuration: Sendable {
     /// idle connections can invalidate their caches precisely instead of dropping them.
     public var commitLogRetention: Int = 1_000
 
-    /// The WAL size, in pages, past which a commit asks for a PASSIVE checkpoint.
+    /// The WAL size, in pages, past which a commit asks for a PASSIVE checkpoint (1000, about
+    /// 4 MiB with 4 KiB pages).
+    ///
+    /// The checkpoint runs on the database's own connection, off the committing thread; when no
+    /// snapshot is behind the newest commit, the WAL is then reset. A writer that gets four
+    /// thresholds ahead of a running checkpoint waits for it, so the WAL stays bounded under a
+    /// writer that commits as fast as it can; snapshots that pin the WAL never make writers
+    /// wait (see ``walHardLimitBytes``).
     public var checkpointThresholdPages: Int = 1_000
 
     /// The WAL size in bytes past which the checkpoint monitor warns about the snapshots that
-    /// pin it.
+    /// pin it (64 MiB by default).
+    ///
+    /// The warning is logged through ``checkpointLogger`` and sent as
+    /// ``CheckpointEvent/walOverWarning(_:)`` when a checkpoint cannot finish because snapshots
+    /// pin the WAL; an all-clear follows once the WAL is under this size again.
     public var walWarningBytes: Int64 = 64 << 20
 
     /// The minimum time between two repeated warnings about the same stall, unless the WAL
@@ -76,6 +88,17 @@ public struct Configuration: Sendable {
 
     /// The logger for checkpoint warnings; label `snapshotdb.checkpoint` by default.
     public var checkpointLogger = Logger(label: "snapshotdb.checkpoint")
+
+    /// The value of the `database` dimension of the checkpoint metrics; the database path when
+    /// `nil` (the default).
+    ///
+    /// Set a short, stable name ("main", "cache") when paths differ between machines or hold
+    /// user names.
+    public var metricsLabel: String? = nil
+
+    /// The swift-metrics factory the checkpoint metrics are created with; `nil` (the default)
+    /// uses the factory that `MetricsSystem.bootstrap` installed.
+    public var metricsFactory: (any MetricsFactory)? = nil
 
     /// Creates a configuration with every default.
     public init() {}
