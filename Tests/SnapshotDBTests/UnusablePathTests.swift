@@ -3,6 +3,10 @@ import Foundation
 import SnapshotDB
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Paths SnapshotDB cannot use: read-only locations, directories, empty or missing paths.
 /// Each is refused with a typed error, and nothing is created or changed.
 @Suite("Read-only and unusable paths")
@@ -116,6 +120,130 @@ struct UnusablePathTests {
             }
             #expect(try directoryContents(source) == before)
         }
+    }
+
+    // MARK: Permission bits
+
+    static let permissionChildKey = "SNAPSHOTDB_PERMISSION_CHILD_DB"
+
+    /// Permission bits do not stop `root`, so as `root` the checks run in a child process (this
+    /// test binary, running only ``childWithoutWritePermission()``) with the identity of
+    /// `nobody`, set by `setpriv`; as another user, in a child without it.
+    static let canRunUnprivileged =
+        getuid() != 0 || FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")
+
+    /// Runs the child on `path` as a user without write permission and returns its results.
+    static func runUnprivilegedChild(on path: String) throws -> [String: String] {
+        let testBinary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+        let arguments = [
+            testBinary, "--testing-library", "swift-testing", "--filter", "childWithoutWritePermission",
+        ]
+        let process = Process()
+        if getuid() == 0 {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+            process.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups"] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: testBinary)
+            process.arguments = Array(arguments.dropFirst())
+        }
+        process.environment = ProcessInfo.processInfo.environment.merging([Self.permissionChildKey: path]) {
+            $1
+        }
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "child said: \(text)")
+        return Dictionary(
+            text.split(separator: "\n").compactMap { line -> (String, String)? in
+                let parts = line.split(separator: " ", maxSplits: 2).map(String.init)
+                return parts.count == 3 && parts[0] == "RESULT" ? (parts[1], parts[2]) : nil
+            }, uniquingKeysWith: { $1 })
+    }
+
+    /// A directory the process may not write (`chmod 0555`) holding a closed database: SQLite
+    /// cannot create the `-wal` and `-shm`, and the open fails with `readOnly`.
+    @Test(.enabled(if: canRunUnprivileged, "needs a non-root user or setpriv(1) to drop root"))
+    func closedDatabaseInADirectoryWithoutWritePermissionThrowsReadOnly() throws {
+        try withTemporaryDirectory { directory throws in
+            let locked = directory.appendingPathComponent("locked")
+            try FileManager.default.createDirectory(at: locked, withIntermediateDirectories: false)
+            let path = try Self.makeDatabase(in: locked)
+            chmod(directory.path, 0o755)
+            chmod(path, 0o644)
+            chmod(locked.path, 0o555)
+            defer { chmod(locked.path, 0o755) }
+            let before = try directoryContents(locked)
+            let results = try Self.runUnprivilegedChild(on: path)
+            #expect(results["open"] == "readOnly", "\(results)")
+            #expect(results["open-message"]?.contains("Permission denied") == true, "\(results)")
+            #expect(try directoryContents(locked) == before)
+        }
+    }
+
+    /// A database file the process may not read (new files are `0600`, here `root`'s): the
+    /// open fails with `cannotOpen`, saying why, and changes nothing.
+    @Test(.enabled(if: getuid() == 0 && canRunUnprivileged, "needs root and setpriv(1) to drop root"))
+    func databaseFileWithoutReadPermissionThrowsCannotOpen() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = try Self.makeDatabase(in: directory)
+            chmod(directory.path, 0o777)
+            let before = try directoryContents(directory)
+            let results = try Self.runUnprivilegedChild(on: path)
+            #expect(results["open"] == "cannotOpen", "\(results)")
+            #expect(results["open-message"]?.hasSuffix("db.sqlite: Permission denied") == true, "\(results)")
+            #expect(try directoryContents(directory) == before)
+        }
+    }
+
+    /// A database file the process may not write (`chmod 0444`) in a directory it may: SQLite
+    /// opens it read-only, reads work and writes fail with `readOnly`; the file is unchanged.
+    @Test(.enabled(if: canRunUnprivileged, "needs a non-root user or setpriv(1) to drop root"))
+    func databaseFileWithoutWritePermissionIsReadOnly() throws {
+        try withTemporaryDirectory { directory throws in
+            let open = directory.appendingPathComponent("open")
+            try FileManager.default.createDirectory(at: open, withIntermediateDirectories: false)
+            let path = try Self.makeDatabase(in: open)
+            chmod(directory.path, 0o755)
+            chmod(open.path, 0o777)
+            chmod(path, 0o444)
+            let before = try Data(contentsOf: URL(fileURLWithPath: path))
+            let results = try Self.runUnprivilegedChild(on: path)
+            #expect(results["open"] == "opened", "\(results)")
+            #expect(results["keys"] == "0,1,2", "\(results)")
+            #expect(results["write"] == "readOnly", "\(results)")
+            #expect(results["commit-after"] == "3", "\(results)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
+            #expect(try isIntact(path))
+        }
+    }
+
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[permissionChildKey] != nil))
+    func childWithoutWritePermission() throws {
+        let path = try #require(ProcessInfo.processInfo.environment[Self.permissionChildKey])
+        func report(_ name: String, _ value: String) { print("RESULT \(name) \(value)") }
+        let db: Database
+        do {
+            db = try Database(path: path)
+            report("open", "opened")
+        } catch {
+            report("open", error.code.name)
+            report("open-message", error.message)
+            return
+        }
+        let connection = db.newConnection()
+        report("keys", (try connection.read { try $0.keys(inCollection: "c") }).joined(separator: ","))
+        do {
+            try connection.readWrite {
+                try $0.set(Item(title: "refused"), forKey: "refused", inCollection: "c")
+            }
+            report("write", "committed")
+        } catch let error as DatabaseError {
+            report("write", error.code.name)
+        }
+        report("commit-after", "\(db.latestCommit)")
     }
 
     // MARK: Paths that name no usable file

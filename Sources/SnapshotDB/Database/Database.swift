@@ -150,11 +150,13 @@ public final class Database: Sendable {
     }
 
     /// SQLite can read a WAL database only with its `-wal` and `-shm` files; when it cannot
-    /// create them (a read-only file system, a directory the process may not write), it fails
-    /// with `SQLITE_CANTOPEN` and "unable to open database file". That error becomes
+    /// create them (a read-only file system, a directory the process may not write), the open
+    /// fails with SQLite's "unable to open database file" (`SQLITE_CANTOPEN`) or, when the file
+    /// itself is read-only too, "attempt to write a readonly database". Either becomes
     /// `readOnly`, saying why.
     static func explainUnwritableDirectory(_ error: DatabaseError, path: String) -> DatabaseError {
-        guard error.code == .cannotOpen, let sqliteCode = error.sqliteCode else { return error }
+        guard error.code == .cannotOpen || error.code == .readOnly, let sqliteCode = error.sqliteCode
+        else { return error }
         let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         guard access(directory, W_OK) != 0 else { return error }
         let reason = String(cString: strerror(errno))

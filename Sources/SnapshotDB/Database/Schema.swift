@@ -70,9 +70,11 @@ enum Schema {
             throw DatabaseError(.cannotOpen, "\(path) is not a regular file")
         }
         if info.st_size == 0 { return .new }
-        guard let handle = FileHandle(forReadingAtPath: path) else {
-            throw DatabaseError(.cannotOpen, "cannot read \(path)")
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw DatabaseError(.cannotOpen, "cannot read \(path): \(String(cString: strerror(errno)))")
         }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
         let header = (try? handle.read(upToCount: 100)) ?? Data()
         try? handle.close()
         let magic = Data("SQLite format 3\u{0}".utf8)
