@@ -100,6 +100,7 @@ struct BadValueTests {
             }
             #expect(db.latestCommit == 2)
             #expect(try writer.read { try $0.keys(inCollection: "c") } == ["kept", "small"])
+            #expect(try isIntact(db.path))
         }
     }
 
@@ -123,6 +124,7 @@ struct BadValueTests {
             }
             #expect(db.latestCommit == 1)
             #expect(try writer.read { try $0.keys(inCollection: "c") } == ["kept"])
+            #expect(try isIntact(db.path))
         }
     }
 }

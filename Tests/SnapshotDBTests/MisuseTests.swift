@@ -189,6 +189,7 @@ struct MisuseTests {
                 }
             }
             #expect(try sqlite3(db.path, "SELECT count(*) FROM snapshotdb_values") == "4\n")
+            #expect(try isIntact(db.path))
         }
     }
 
