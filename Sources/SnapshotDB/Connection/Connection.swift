@@ -141,3 +141,10 @@ public final class Connection: Sendable {
         return record.snapshot ?? record.lastSnapshot
     }
 }
+
+extension Connection {
+    /// How many values the connection's cache holds (for tests and diagnostics).
+    public var cachedValueCount: Int {
+        (try? serialized { $0.cache.count }) ?? 0
+    }
+}

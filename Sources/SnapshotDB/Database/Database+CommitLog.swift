@@ -63,18 +63,22 @@ extension Database {
     /// log does not reach yet. Idempotent and ordered: all callers go through the state lock
     /// and publish strictly consecutive commit numbers.
     func observe(commit: UInt64) {
-        state.withLock { state in
-            guard commit > state.latestCommit else { return }
+        let overflowed = state.withLock { state -> [AsyncStream<Changeset>.Continuation] in
+            guard commit > state.latestCommit else { return [] }
+            var overflowed: [AsyncStream<Changeset>.Continuation] = []
             for number in (state.latestCommit + 1)...commit {
                 let changeset =
                     state.pending.removeValue(forKey: number)
                     ?? Changeset(commit: number, isExternal: true)
                 state.commitLog.append(changeset)
                 state.latestCommit = number
-                deliver(changeset, in: &state)
+                overflowed += deliver(changeset, in: &state)
             }
             trimCommitLog(&state)
+            return overflowed
         }
+        // Finishing runs the stream's termination handler, which takes the state lock.
+        for continuation in overflowed { continuation.finish() }
     }
 
     /// The changesets of the commits in `(after, through]`, in order, or `nil` when the log no
@@ -92,22 +96,26 @@ extension Database {
         }
     }
 
-    private func deliver(_ changeset: Changeset, in state: inout DatabaseState) {
-        var finished: [Int] = []
+    /// Hands `changeset` to every subscriber; returns the streams that overflowed, already
+    /// unsubscribed, for the caller to finish once the state lock is released.
+    private func deliver(
+        _ changeset: Changeset, in state: inout DatabaseState
+    ) -> [AsyncStream<Changeset>.Continuation] {
+        var overflowed: [AsyncStream<Changeset>.Continuation] = []
         for (id, subscriber) in state.subscribers {
             switch subscriber {
             case .stream(let continuation):
                 if case .dropped = continuation.yield(changeset) {
                     // The subscriber fell more than `changesBufferLimit` behind: end its stream
                     // rather than let it miss a commit silently.
-                    continuation.finish()
-                    finished.append(id)
+                    state.subscribers[id] = nil
+                    overflowed.append(continuation)
                 }
             case .observer(let queue, let body):
                 queue.async { body(changeset) }
             }
         }
-        for id in finished { state.subscribers[id] = nil }
+        return overflowed
     }
 
     /// Drops changesets that no bookmark can ask for again, keeping the most recent

@@ -80,6 +80,7 @@ public final class Database: Sendable {
     }
 
     deinit {
+        finishSubscribers()
         checkpointer.close()
         OpenFiles.release(path)
     }
