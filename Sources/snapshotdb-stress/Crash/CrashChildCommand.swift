@@ -28,11 +28,17 @@ struct CrashChildCommand: ParsableCommand {
     @Option(help: "Seed for the transfers.")
     var seed: UInt64 = 1
 
+    @Option(help: "WAL pages that trigger a checkpoint: small, so that kills also land in checkpoints.")
+    var checkpointPages = 64
+
     @Option(help: "Exit on its own after this many seconds, in case nobody kills it.")
     var maxSeconds = 60.0
 
     func run() throws {
-        let database = try Database(path: db)
+        // `synchronous` stays `.full` (the default): every acknowledged commit must survive.
+        var configuration = Configuration()
+        configuration.checkpointThresholdPages = checkpointPages
+        let database = try Database(path: db, configuration: configuration)
         guard let bank = try Bank.load(database.newConnection(name: "crash-setup")) else {
             throw StressError("\(db) holds no bank")
         }

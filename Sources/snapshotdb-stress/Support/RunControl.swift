@@ -29,13 +29,14 @@ final class RunControl: Sendable {
     /// Seconds since the run started.
     var elapsedSeconds: Double { (ContinuousClock.now - start).seconds }
 
-    /// Waits until `instant` or until the run is stopped, whichever comes first, checking every
-    /// `step`. A wait for a point in time, never a stand-in for synchronization.
+    /// Waits until `instant`, the deadline or an early stop, whichever comes first, checking
+    /// every `step`. A wait for a point in time, never a stand-in for synchronization.
     func wait(until instant: ContinuousClock.Instant, step: Duration = .milliseconds(20)) {
+        let end = min(instant, deadline)
         while !stopped.load(ordering: .relaxed) {
             let now = ContinuousClock.now
-            guard now < instant else { return }
-            Thread.sleep(forTimeInterval: min(instant - now, step).seconds)
+            guard now < end else { return }
+            Thread.sleep(forTimeInterval: min(end - now, step).seconds)
         }
     }
 }
