@@ -67,6 +67,8 @@ let package = Package(
                 "SnapshotDB",
                 "CSQLite",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
             ],
             swiftSettings: strictSettings
         ),

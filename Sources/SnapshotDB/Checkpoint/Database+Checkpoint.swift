@@ -1,16 +1,86 @@
+internal import Foundation
+internal import Synchronization
+
 extension Database {
-    /// Runs a checkpoint now, on the database's checkpoint connection, and returns what it did.
+    /// Runs a checkpoint now, on the database's checkpoint connection, and returns the WAL's
+    /// frames and the frames checkpointed.
     ///
-    /// `passive` never waits; `full`, `restart` and `truncate` wait up to the busy timeout for
-    /// readers and writers of other processes. Snapshots held by this process's connections
-    /// keep the checkpoint from completing (``CheckpointResult/isComplete`` is then `false`).
+    /// `passive` never waits. `full`, `restart` and `truncate` first take the database's writer
+    /// lock (this process's writers then wait for the checkpoint instead of failing), then wait
+    /// up to ``Configuration/busyTimeout`` for readers and writers of other processes.
+    /// Snapshots held by this process's connections keep the checkpoint from completing
+    /// (``CheckpointResult/isComplete`` is then `false`); those modes then wait only a few
+    /// milliseconds. Called from inside a read-write transaction, a mode other than `passive`
+    /// waits the busy timeout for that transaction's lock, then runs without it.
     ///
-    /// - Throws: ``DatabaseError`` when SQLite fails for a reason other than a busy reader.
+    /// ```swift
+    /// let result = try db.checkpoint(.truncate)
+    /// if !result.isComplete { print(db.checkpointStatus().laggingSnapshots) }
+    /// ```
+    ///
+    /// - Throws: ``DatabaseError`` when SQLite fails for a reason other than a busy reader, or
+    ///   `misuse` when called from a checkpoint monitor callback.
     @discardableResult
     public func checkpoint(_ mode: CheckpointMode) throws(DatabaseError) -> CheckpointResult {
-        try checkpointer.run(mode)
+        try checkpointer.runExplicitly(mode, database: self)
     }
 
-    /// Throws `walLimitExceeded` when the configured hard WAL limit is passed.
-    func checkWriteAllowed() throws(DatabaseError) {}
+    /// The WAL's size and progress and every snapshot that pins it, named.
+    ///
+    /// Lists each connection of this process holding a read snapshot (its name, commit, commits
+    /// behind, seconds held, whether it is a bookmark, and the WAL bytes it pins) and the
+    /// readers of other processes found through the `-shm` lock bytes, with their process ids.
+    /// WAL frames are as this process last saw them: after its own commits and checkpoints.
+    /// Cheap enough to poll for a status screen (it reads `/proc/locks` once).
+    public func checkpointStatus() -> CheckpointStatus {
+        let status = checkpointer.status(of: self, probingLocks: true)
+        checkpointer.metrics.recordLag(status)
+        return status
+    }
+
+    /// A stream of the checkpoint monitor's events: stalls, warnings about a WAL that snapshots
+    /// pin (naming them) and recoveries.
+    ///
+    /// Events are sent from the checkpoint queue after checkpoints; a slow consumer loses the
+    /// oldest of more than 256 buffered events. The stream ends when the database is released
+    /// or the consuming task is cancelled.
+    ///
+    /// ```swift
+    /// for await event in db.checkpointEvents() {
+    ///     if case .walOverWarning(let status) = event { show(status.laggingSnapshots) }
+    /// }
+    /// ```
+    public func checkpointEvents() -> AsyncStream<CheckpointEvent> {
+        checkpointer.events()
+    }
+
+    /// Waits until every checkpoint queued so far has run (for tests).
+    func waitForCheckpoints() {
+        checkpointer.waitForIdle()
+    }
+
+    /// The newest commit and a copy of every connection's record.
+    func snapshotRecords() -> (latest: UInt64, records: [ConnectionRecord]) {
+        state.withLock { state in (state.latestCommit, Array(state.connections.values)) }
+    }
+
+    /// Throws `walLimitExceeded` when the configured hard WAL limit is passed and snapshots
+    /// still pin the WAL; called before every read-write transaction, which it first holds
+    /// back while writers outrun a checkpoint in progress.
+    ///
+    /// Only the pins decide: once they are released, writes are allowed again at once (the WAL
+    /// is then reset by the checkpoint this queues), and nothing already committed is touched.
+    func checkWriteAllowed() throws(DatabaseError) {
+        checkpointer.waitIfWritersOutrunCheckpoints()
+        guard let limit = configuration.walHardLimitBytes, checkpointer.knownWALBytes > limit else { return }
+        let status = checkpointer.status(of: self, probingLocks: true)
+        checkpointer.requestCheckpoint()
+        let lagging = status.laggingSnapshots
+        guard !lagging.isEmpty || !status.externalReaders.isEmpty else { return }
+        throw DatabaseError(
+            .walLimitExceeded,
+            "the WAL is \(ByteCount(status.walBytes)), past the hard limit of \(ByteCount(limit)), "
+                + "and cannot be checkpointed: pinned by \(Checkpointer.culpritList(Checkpointer.culpritNames(lagging, status.externalReaders))); "
+                + "writes resume once these snapshots are released")
+    }
 }

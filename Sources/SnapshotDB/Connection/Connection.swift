@@ -35,6 +35,19 @@ public final class Connection: Sendable {
         self.queue = DispatchQueue(label: "snapshotdb.connection.\(name)")
         self.core = ConnectionCore(database: database, name: name, id: id)
         queue.setSpecific(key: Self.queueKey, value: id)
+        database.updateConnection(id) { $0.connection = self }
+    }
+
+    /// Asks the connection to take its bookmark at `commit` again (see
+    /// ``ConnectionCore/reseatBookmark(at:)``), waiting at most `timeout` for the connection's
+    /// queue; `.skipped` when the connection was busy that long or its bookmark moved.
+    func reseatBookmark(at commit: UInt64, waitingAtMost timeout: Duration) -> BookmarkReseat {
+        let attempt = ReseatAttempt()
+        queue.async { [core] in
+            guard attempt.start() else { return }
+            attempt.finish(core.reseatBookmark(at: commit))
+        }
+        return attempt.wait(timeout: timeout)
     }
 
     deinit {

@@ -23,6 +23,14 @@ final class ConnectionCore: @unchecked Sendable {
         self.cache = ValueCache(limit: database.configuration.cacheLimit)
     }
 
+    deinit {
+        guard bookmark != nil else { return }
+        // Close the handle first, so that the bookmark no longer pins the WAL when the
+        // checkpointer looks.
+        openedHandle = nil
+        database.checkpointer.snapshotReleased(commit: 0, wasBookmark: true)
+    }
+
     /// The SQLite handle, opened and configured on first use.
     func handle() throws(DatabaseError) -> SQLiteHandle {
         if let openedHandle { return openedHandle }
@@ -124,6 +132,7 @@ final class ConnectionCore: @unchecked Sendable {
                     throw error
                 }
                 database.observe(commit: sealed)
+                database.checkpointer.didCommit(sealed)
             } catch {
                 endTransaction(handle)
                 throw error
@@ -151,7 +160,15 @@ final class ConnectionCore: @unchecked Sendable {
 
     private func recordSnapshot(_ commit: UInt64?, bookmark isBookmark: Bool = false) {
         let now = ContinuousClock.now
+        var released: (commit: UInt64, wasBookmark: Bool)?
+        defer {
+            if let released {
+                database.checkpointer.snapshotReleased(
+                    commit: released.commit, wasBookmark: released.wasBookmark)
+            }
+        }
         database.updateConnection(id) { record in
+            released = record.snapshot.map { ($0, record.isBookmark) }
             record.snapshot = commit
             record.isBookmark = isBookmark && commit != nil
             if let commit {
@@ -231,6 +248,7 @@ final class ConnectionCore: @unchecked Sendable {
             throw error
         }
         database.observe(commit: commit)
+        database.checkpointer.didCommit(commit)
         database.updateConnection(id) { $0.lastSnapshot = commit }
         cache.invalidate(with: changeset)
         cache.commit = commit
@@ -264,6 +282,31 @@ final class ConnectionCore: @unchecked Sendable {
         bookmark = commit
         recordSnapshot(commit, bookmark: true)
         return changesets
+    }
+
+    /// Ends the bookmark's SQLite read transaction and begins a new one at the same commit.
+    ///
+    /// A read transaction holds a WAL read mark, and while any reader holds one (other than
+    /// slot 0) SQLite cannot reset the WAL, even when that reader is at the newest commit and
+    /// pins no frame. Begun again while every frame is checkpointed, the transaction reads the
+    /// database file only (slot 0) and lets the WAL be reset. The checkpointer calls this while
+    /// it holds the WAL write lock, having checked that the newest commit in the file is
+    /// `commit` with no unsealed foreign write, so the new transaction sees exactly the
+    /// bookmarked state.
+    func reseatBookmark(at commit: UInt64) -> BookmarkReseat {
+        guard bookmark == commit, let handle = openedHandle else { return .skipped }
+        endTransaction(handle)
+        do {
+            try handle.statement(.begin).execute()
+            let state = try readState(handle)
+            if state.commit == commit && state.unsealed == 0 { return .reseated }
+        } catch {}
+        // Unreachable while the checkpointer holds the write lock; never let reads see another
+        // commit under the bookmark's name: release it instead.
+        endTransaction(handle)
+        bookmark = nil
+        recordSnapshot(nil)
+        return .lost
     }
 
     func endLongLivedReadTransaction() throws {

@@ -1,5 +1,6 @@
 internal import Foundation
 public import Logging
+public import Metrics
 
 /// How a ``Database`` opens its file and behaves; every property has a sensible default.
 ///
@@ -46,7 +47,11 @@ public struct Configuration: Sendable {
     public var checkpointThresholdPages: Int = 1_000
 
     /// The WAL size in bytes past which the checkpoint monitor warns about the snapshots that
-    /// pin it.
+    /// pin it (64 MiB by default).
+    ///
+    /// The warning is logged through ``checkpointLogger`` and sent as
+    /// ``CheckpointEvent/walOverWarning(_:)`` when a checkpoint cannot finish because snapshots
+    /// pin the WAL; an all-clear follows once the WAL is under this size again.
     public var walWarningBytes: Int64 = 64 << 20
 
     /// The minimum time between two repeated warnings about the same stall, unless the WAL
@@ -63,6 +68,17 @@ public struct Configuration: Sendable {
 
     /// The logger for checkpoint warnings; label `snapshotdb.checkpoint` by default.
     public var checkpointLogger = Logger(label: "snapshotdb.checkpoint")
+
+    /// The value of the `database` dimension of the checkpoint metrics; the database path when
+    /// `nil` (the default).
+    ///
+    /// Set a short, stable name ("main", "cache") when paths differ between machines or hold
+    /// user names.
+    public var metricsLabel: String? = nil
+
+    /// The swift-metrics factory the checkpoint metrics are created with; `nil` (the default)
+    /// uses the factory that `MetricsSystem.bootstrap` installed.
+    public var metricsFactory: (any MetricsFactory)? = nil
 
     /// Creates a configuration with every default.
     public init() {}

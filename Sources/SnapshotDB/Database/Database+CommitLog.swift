@@ -36,6 +36,8 @@ struct ConnectionRecord: Sendable {
     var isBookmark = false
     /// When the current snapshot was taken.
     var since: ContinuousClock.Instant?
+    /// The connection, so that the checkpointer can ask a bookmark to re-take its snapshot.
+    weak var connection: Connection?
 }
 
 /// A receiver of published changesets.

@@ -29,9 +29,10 @@ public final class Database: Sendable {
     public let configuration: Configuration
 
     /// One writer at a time in this process: read-write transactions queue here instead of
-    /// spinning on `SQLITE_BUSY`. `NSLock` rather than `Mutex` because it is held across the
-    /// caller's closure, which returns an arbitrary value.
-    let writerLock = NSLock()
+    /// spinning on `SQLITE_BUSY`. A lock rather than `Mutex` because it is held across the
+    /// caller's closure, which returns an arbitrary value; the checkpointer can take it with
+    /// priority for a WAL reset.
+    let writerLock = WriterLock()
     let state: Mutex<DatabaseState>
     let checkpointer: Checkpointer
 
@@ -67,10 +68,12 @@ public final class Database: Sendable {
             try setup.configureForSnapshotDB(
                 synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
             let latest = try Self.readCommitCounter(setup)
+            let pageSize = try setup.pageSize()
             self.path = resolved
             self.configuration = configuration
             self.state = Mutex(DatabaseState(latestCommit: latest))
-            self.checkpointer = Checkpointer(path: resolved, configuration: configuration, handle: setup)
+            self.checkpointer = Checkpointer(
+                path: resolved, configuration: configuration, pageSize: pageSize, handle: setup)
         } catch {
             OpenFiles.release(resolved)
             throw error

@@ -1,0 +1,100 @@
+import ArgumentParser
+import SnapshotDBInspection
+
+/// `snapshotdb checkpoint FILE --mode M`: the one subcommand that changes the files.
+struct Checkpoint: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run a SQLite WAL checkpoint on purpose and print SQLite's result.",
+        discussion: """
+            Opens the database with SQLite (read-write, never creating it) after the inspection \
+            library found the database and its -wal and -shm readable, runs sqlite3_wal_checkpoint_v2 in \
+            the given mode and closes without the checkpoint-on-close. Exit status: 0 done, \
+            1 busy (a reader or writer kept the checkpoint from completing), 2 error.
+            """
+    )
+
+    @OptionGroup var database: DatabaseArgument
+
+    @Option(
+        help: ArgumentHelp(
+            "The checkpoint mode.",
+            discussion: """
+                passive: copy what no reader needs, never wait. full: wait for the writer, then \
+                copy everything. restart: full, then wait for readers so the next writer restarts \
+                the WAL. truncate: restart, then truncate the -wal to 0 bytes.
+                """))
+    var mode: CheckpointMode
+
+    @Option(
+        name: .customLong("busy-timeout"),
+        help: ArgumentHelp("Milliseconds to wait for locks before giving up as busy.", valueName: "MS"))
+    var busyTimeout: Int32 = 0
+
+    @Flag(help: "Print the result as JSON.")
+    var json = false
+
+    func validate() throws {
+        guard busyTimeout >= 0 else { throw ValidationError("--busy-timeout must be 0 or more.") }
+    }
+
+    func run() throws {
+        do {
+            // Refuse what the inspection refuses (foreign, truncated, random -wal, cut -shm)
+            // before SQLite opens, and possibly rewrites, anything.
+            _ = try SnapshotDBInspector.inspect(databaseAt: database.file, options: .separateProcess)
+        } catch {
+            Output.error(error.description)
+            throw ExitCode(2)
+        }
+        let result: CheckpointResult
+        do {
+            result = try SQLiteCheckpointer.checkpoint(
+                path: database.file, mode: mode, busyTimeoutMilliseconds: busyTimeout)
+        } catch {
+            Output.error("\(database.file): \(error.message)")
+            throw ExitCode(2)
+        }
+        Output.write(json ? try Output.json(result) + "\n" : result.text + "\n")
+        if result.isBusy { throw ExitCode(1) }
+    }
+}
+
+/// The checkpoint modes of `sqlite3_wal_checkpoint_v2`.
+enum CheckpointMode: String, CaseIterable, ExpressibleByArgument, Encodable, Sendable {
+    case passive
+    case full
+    case restart
+    case truncate
+}
+
+/// What `sqlite3_wal_checkpoint_v2` answered.
+struct CheckpointResult: Encodable, Sendable {
+    var mode: CheckpointMode
+    /// SQLite's result code: `SQLITE_OK` (0) or `SQLITE_BUSY` (5).
+    var resultCode: Int32
+    var isBusy: Bool
+    /// `PRAGMA journal_mode`; only `wal` databases are checkpointed.
+    var journalMode: String
+    /// Frames in the WAL (`pnLog`).
+    var logFrames: Int32
+    /// Frames checkpointed (`pnCkpt`).
+    var checkpointedFrames: Int32
+
+    enum CodingKeys: String, CodingKey {
+        case mode
+        case resultCode
+        case isBusy = "busy"
+        case journalMode
+        case logFrames
+        case checkpointedFrames
+    }
+
+    var text: String {
+        guard journalMode == "wal" else {
+            return "checkpoint \(mode.rawValue): journal_mode is \(journalMode), not wal; nothing to do"
+        }
+        let outcome = isBusy ? "busy (SQLITE_BUSY: could not complete)" : "done"
+        return "checkpoint \(mode.rawValue): \(outcome); log frames \(Format.count(logFrames)), "
+            + "checkpointed frames \(Format.count(checkpointedFrames))"
+    }
+}

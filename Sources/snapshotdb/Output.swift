@@ -1,0 +1,48 @@
+import Foundation
+import SnapshotDBInspection
+
+/// Where the tool writes: unbuffered writes to the standard output and error descriptors, so a
+/// `watch` refresh appears at once even through a pipe.
+enum Output {
+    static func write(_ text: String) {
+        FileHandle.standardOutput.write(Data(text.utf8))
+    }
+
+    /// Prints `snapshotdb: message` as one line on standard error.
+    static func error(_ message: String) {
+        let line = message.split(whereSeparator: \.isNewline).joined(separator: " ")
+        FileHandle.standardError.write(Data("snapshotdb: \(line)\n".utf8))
+    }
+
+    /// The JSON encoding of `value`: sorted keys, pretty-printed unless `compact` (one line).
+    static func json(_ value: some Encodable, compact: Bool = false) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting =
+            compact
+            ? [.sortedKeys, .withoutEscapingSlashes]
+            : [
+                .sortedKeys, .prettyPrinted, .withoutEscapingSlashes,
+            ]
+        return String(decoding: try encoder.encode(value), as: UTF8.self)
+    }
+}
+
+/// The JSON document of `inspect --json` and of each `watch --json` line: the report's keys,
+/// plus `health` (the threshold verdict) and `generatedAt`.
+struct InspectOutput: Encodable {
+    var report: InspectionReport
+    var health: Health
+    var generatedAt: Date
+
+    enum ExtraKeys: String, CodingKey {
+        case health
+        case generatedAt
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        try report.encode(to: encoder)
+        var container = encoder.container(keyedBy: ExtraKeys.self)
+        try container.encode(health, forKey: .health)
+        try container.encode(generatedAt.timeIntervalSince1970, forKey: .generatedAt)
+    }
+}

@@ -1,0 +1,103 @@
+import Foundation
+import SnapshotDBInspection
+import Testing
+
+/// `--json` carries the report with stable keys; thresholds turn into exit codes.
+@Suite("JSON output and exit codes")
+struct JSONAndExitCodeTests {
+    @Test("--json parses, has the documented keys, and decodes back into the report")
+    func jsonKeys() throws {
+        try withTemporaryDatabase { path in
+            try Python.run(Python.commit, path, "4", "crash")
+            let json = try Tool.inspectJSON(path, "--frames")
+            for key in [
+                "formatVersion", "database.path", "database.sizeBytes", "database.header.pageSize",
+                "database.header.pageCount", "database.header.applicationID", "database.header.userVersion",
+                "snapshotDB.isSnapshotDB", "snapshotDB.schemaVersion", "snapshotDB.commitCounter",
+                "wal.sizeBytes", "wal.header.salt1", "wal.header.checkpointSequence", "wal.validFrames",
+                "wal.commitFrames", "wal.lastCommitFrame", "wal.staleFrames", "walIndex.header.mxFrame",
+                "walIndex.nBackfill", "walIndex.nBackfillAttempted", "walIndex.readMarks",
+                "walIndex.copiesAgree",
+                "walIndex.reliable", "locks.bytes.0.offset", "locks.bytes.8.name", "readSlots.0.slot",
+                "readSlots.0.held", "walReset.possible", "walReset.blockers", "walReset.framesToCheckpoint",
+                "committedFrames", "checkpointedFrames", "health.healthy", "health.walBytes",
+                "health.lagFrames",
+                "health.warnings", "frames.0.index", "frames.0.pageNumber", "frames.0.status",
+                "frames.0.checkpointed", "generatedAt",
+            ] {
+                #expect(json.value(at: key) != nil, "missing key \(key)")
+            }
+            #expect(json.value(at: "formatVersion") as? Int == 1)
+            #expect(json.value(at: "snapshotDB.commitCounter") as? Int == 4)
+            #expect(json.value(at: "database.header.applicationID") as? Int == 1_399_735_362)
+            #expect(json.value(at: "locks.bytes.8.name") as? String == "dms")
+            #expect(json.value(at: "locks.bytes.8.offset") as? Int == 128)
+            #expect((json.value(at: "frames") as? [Any])?.count == 8)
+
+            // The same document decodes into the library's Codable model.
+            let result = try Tool.run("inspect", "--json", path)
+            let report = try JSONDecoder().decode(
+                InspectionReport.self, from: Data(result.standardOutput.utf8))
+            #expect(report.snapshotDB.commitCounter == 4)
+            #expect(report.wal?.commitFrames == 4)
+            #expect(report == (try SnapshotDBInspector.inspect(databaseAt: path, options: .separateProcess)))
+        }
+    }
+
+    @Test("thresholds: 0 healthy, 1 exceeded")
+    func thresholds() throws {
+        try withTemporaryDatabase { path in
+            try Python.run(Python.commit, path, "3", "crash")  // 6 frames, none checkpointed
+            let walSize = try #require(
+                try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int)
+
+            #expect(try Tool.run("inspect", path).status == 0)
+            #expect(try Tool.run("inspect", path, "--warn-wal-bytes", String(walSize)).status == 0)
+            let overBytes = try Tool.run("inspect", path, "--warn-wal-bytes", String(walSize - 1))
+            #expect(overBytes.status == 1)
+            #expect(overBytes.standardOutput.contains("WARNING: the -wal is"))
+            #expect(try Tool.run("inspect", path, "--warn-lag-frames", "6").status == 0)
+            let overLag = try Tool.run("inspect", path, "--warn-lag-frames", "5", "--json")
+            #expect(overLag.status == 1)
+            let json = try #require(
+                try JSONSerialization.jsonObject(with: Data(overLag.standardOutput.utf8)) as? [String: Any])
+            #expect(json.value(at: "health.healthy") as? Bool == false)
+            #expect(json.value(at: "health.warnings.0.check") as? String == "lagFrames")
+            #expect(json.value(at: "health.lagFrames") as? Int == 6)
+            #expect(
+                try Tool.run("watch", path, "--count", "2", "--interval", "0.05", "--warn-lag-frames", "5")
+                    .status == 1)
+            #expect(
+                try Tool.run("watch", path, "--count", "2", "--interval", "0.05", "--warn-lag-frames", "6")
+                    .status == 0)
+
+            // After a checkpoint nothing lags.
+            #expect(try Tool.run("checkpoint", path, "--mode", "full").status == 0)
+            #expect(try Tool.run("inspect", path, "--warn-lag-frames", "0").status == 0)
+        }
+    }
+
+    @Test("a foreign SQLite database is inspected but has no commit counter; checkpoint refuses non-SQLite")
+    func foreignDatabase() throws {
+        try withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("other.db").path
+            try Python.run(
+                "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('create table t(x)'); c.commit()",
+                path)
+            let result = try Tool.run("inspect", path)
+            #expect(result.status == 0)
+            #expect(result.standardOutput.contains("application_id 0x0 (not SnapshotDB)"))
+            #expect(result.standardOutput.contains("rollback-journal mode"))
+            let json = try Tool.inspectJSON(path)
+            #expect(json.value(at: "snapshotDB.isSnapshotDB") as? Bool == false)
+            #expect(json.value(at: "snapshotDB.commitCounter") == nil)
+
+            let text = directory.appendingPathComponent("notes.txt").path
+            try Data("hello, not a database\n".utf8).write(to: URL(fileURLWithPath: text))
+            let refused = try Tool.run("checkpoint", text, "--mode", "truncate")
+            #expect(refused.status == 2)
+            #expect(refused.standardError.contains("not a SQLite database"))
+            #expect(!FileManager.default.fileExists(atPath: text + "-wal"))
+        }
+    }
+}

@@ -1,0 +1,262 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A fresh temporary directory, removed with everything in it when the body returns.
+func withTemporaryDirectory<T>(_ body: (URL) throws -> T) throws -> T {
+    var template = Array(
+        (FileManager.default.temporaryDirectory.path + "/snapshotdb-inspection-XXXXXX").utf8CString)
+    let created = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
+    let directory = URL(fileURLWithPath: String(cString: try #require(created)), isDirectory: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    return try body(directory)
+}
+
+/// A SnapshotDB-schema database (closed cleanly, so without `-wal`/`-shm`) in a temporary
+/// directory; the body gets its path.
+func withTemporaryDatabase<T>(
+    pageSize: Int = 4096, encoding: String = "UTF-8", _ body: (String) throws -> T
+) throws -> T {
+    try withTemporaryDirectory { directory in
+        let path = directory.appendingPathComponent("app.sqlite").path
+        try Python.run(Python.createDatabase, path, String(pageSize), encoding)
+        return try body(path)
+    }
+}
+
+/// The python3 programs the tests run as foreign processes, with exactly the engine's schema.
+enum Python {
+    /// argv: path, page size, encoding. Creates the schema with commit counter 0, then closes.
+    static let createDatabase = """
+        import sqlite3, sys
+        path, page_size, encoding = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+        c = sqlite3.connect(path, isolation_level=None)
+        c.execute(f"PRAGMA page_size={page_size}")
+        c.execute(f"PRAGMA encoding='{encoding}'")
+        c.executescript('''
+        PRAGMA journal_mode=WAL;
+        PRAGMA application_id=1399735362;
+        PRAGMA user_version=1;
+        CREATE TABLE snapshotdb_meta(name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
+        CREATE TABLE snapshotdb_values(collection TEXT NOT NULL, key TEXT NOT NULL, data BLOB NOT NULL,
+            PRIMARY KEY (collection, key)) WITHOUT ROWID;
+        INSERT INTO snapshotdb_meta VALUES('commit', 0);
+        ''')
+        c.close()
+        """
+
+    /// argv: path, commits, then "close" or "crash". Each commit upserts a value and adds 1 to
+    /// the counter, as the engine does; "crash" exits without closing, leaving -wal and -shm.
+    static let commit = """
+        import os, sqlite3, sys
+        path, commits, ending = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+        c = sqlite3.connect(path, isolation_level=None)
+        c.execute('PRAGMA wal_autocheckpoint=0')
+        for i in range(commits):
+            c.execute('BEGIN IMMEDIATE')
+            c.execute("INSERT OR REPLACE INTO snapshotdb_values VALUES('items', ?, ?)", (str(i), os.urandom(200)))
+            c.execute("UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'commit'")
+            c.execute('COMMIT')
+        sys.stdout.flush()
+        if ending == 'crash':
+            os._exit(0)
+        c.close()
+        """
+
+    /// argv: path. Holds `BEGIN; SELECT` (a snapshot) and prints `ready <counter>`; exits on any
+    /// line on stdin.
+    static let holdReader = """
+        import sqlite3, sys
+        c = sqlite3.connect(sys.argv[1], isolation_level=None)
+        c.execute('PRAGMA wal_autocheckpoint=0')
+        c.execute('BEGIN')
+        value = c.execute("SELECT value FROM snapshotdb_meta WHERE name = 'commit'").fetchone()[0]
+        print('ready', value, flush=True)
+        sys.stdin.readline()
+        c.execute('COMMIT')
+        c.close()
+        """
+
+    /// argv: path. Holds an open write transaction (`BEGIN IMMEDIATE`, the WAL write lock) and
+    /// prints `ready <counter>`; rolls back and exits on any line on stdin.
+    static let holdWriter = """
+        import sqlite3, sys
+        c = sqlite3.connect(sys.argv[1], isolation_level=None)
+        c.execute('PRAGMA wal_autocheckpoint=0')
+        c.execute('BEGIN IMMEDIATE')
+        value = c.execute("SELECT value FROM snapshotdb_meta WHERE name = 'commit'").fetchone()[0]
+        print('ready', value, flush=True)
+        sys.stdin.readline()
+        c.execute('ROLLBACK')
+        c.close()
+        """
+
+    /// argv: path. Prints the commit counter as SQLite reads it.
+    static let readCounter = """
+        import sqlite3, sys
+        c = sqlite3.connect(sys.argv[1], isolation_level=None)
+        print(c.execute("SELECT value FROM snapshotdb_meta WHERE name = 'commit'").fetchone()[0])
+        c.close()
+        """
+
+    /// Runs `python3 -c script arguments...` to completion; returns its standard output.
+    @discardableResult
+    static func run(_ script: String, _ arguments: String...) throws -> String {
+        let result = try ChildProcess.run("/usr/bin/env", ["python3", "-c", script] + arguments)
+        #expect(result.status == 0, "python3 failed: \(result.standardError)")
+        return result.standardOutput
+    }
+}
+
+/// A foreign process holding a transaction open until told to finish.
+final class ReaderProcess {
+    let process = Process()
+    private let input = Pipe()
+    private let output = Pipe()
+    /// The commit counter the reader's snapshot sees, from its `ready` line.
+    private(set) var commit: UInt64 = 0
+
+    var pid: Int32 { process.processIdentifier }
+
+    /// Starts `python3` running `script` (by default holding a snapshot of `path`) and waits for
+    /// its `ready` line (no sleeps).
+    init(path: String, script: String = Python.holdReader) throws {
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script, path]
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        var line = Data()
+        while !line.contains(UInt8(ascii: "\n")) {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            line.append(chunk)
+        }
+        let words = String(decoding: line, as: UTF8.self).split(separator: " ")
+        guard words.count == 2, words[0] == "ready",
+            let commit = UInt64(words[1].trimmingCharacters(in: .whitespacesAndNewlines))
+        else {
+            finish()
+            throw ReaderFailed(output: String(decoding: line, as: UTF8.self))
+        }
+        self.commit = commit
+    }
+
+    struct ReaderFailed: Error {
+        var output: String
+    }
+
+    /// Ends the read transaction and waits for the process to exit.
+    func finish() {
+        guard process.isRunning else { return }
+        try? input.fileHandleForWriting.write(contentsOf: Data("quit\n".utf8))
+        try? input.fileHandleForWriting.close()
+        process.waitUntilExit()
+    }
+
+    deinit { finish() }
+}
+
+/// A finished child process.
+struct ChildResult {
+    var status: Int32
+    var standardOutput: String
+    var standardError: String
+}
+
+enum ChildProcess {
+    /// Runs a program to completion; output goes through files, so no pipe can fill up.
+    static func run(_ executable: String, _ arguments: [String]) throws -> ChildResult {
+        try withTemporaryDirectory { directory in
+            let outputURL = directory.appendingPathComponent("stdout")
+            let errorURL = directory.appendingPathComponent("stderr")
+            _ = FileManager.default.createFile(atPath: outputURL.path, contents: nil)
+            _ = FileManager.default.createFile(atPath: errorURL.path, contents: nil)
+            let output = try FileHandle(forWritingTo: outputURL)
+            let error = try FileHandle(forWritingTo: errorURL)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = arguments
+            process.standardInput = FileHandle.nullDevice
+            process.standardOutput = output
+            process.standardError = error
+            try process.run()
+            process.waitUntilExit()
+            try output.close()
+            try error.close()
+            return ChildResult(
+                status: process.terminationStatus,
+                standardOutput: String(decoding: try Data(contentsOf: outputURL), as: UTF8.self),
+                standardError: String(decoding: try Data(contentsOf: errorURL), as: UTF8.self))
+        }
+    }
+}
+
+/// The built `snapshotdb` binary, run as a user would.
+enum Tool {
+    /// `snapshotdb`, next to the test bundle in the build products directory.
+    static let url: URL? = {
+        var candidates: [URL] = []
+        if let executable = Bundle.main.executableURL {
+            candidates.append(executable.deletingLastPathComponent())
+        }
+        candidates.append(URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent())
+        let packageRoot = URL(fileURLWithPath: #filePath)
+            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        candidates.append(packageRoot.appendingPathComponent(".build/debug"))
+        return candidates.map { $0.appendingPathComponent("snapshotdb") }
+            .first { FileManager.default.isExecutableFile(atPath: $0.path) }
+    }()
+
+    static func run(_ arguments: String...) throws -> ChildResult {
+        try run(arguments)
+    }
+
+    static func run(_ arguments: [String]) throws -> ChildResult {
+        let url = try #require(Tool.url, "the snapshotdb binary is not next to the test bundle")
+        return try ChildProcess.run(url.path, arguments)
+    }
+
+    /// `snapshotdb inspect --json FILE`, decoded with JSONSerialization.
+    static func inspectJSON(_ path: String, _ extra: String...) throws -> [String: Any] {
+        let result = try run(["inspect", "--json", path] + extra)
+        #expect(result.status == 0 || result.status == 1, "inspect failed: \(result.standardError)")
+        let object = try JSONSerialization.jsonObject(with: Data(result.standardOutput.utf8))
+        return try #require(object as? [String: Any])
+    }
+}
+
+/// The bytes of a database's three files (`nil` for a missing one), to prove nothing changed.
+struct FileSet: Equatable {
+    var database: Data?
+    var wal: Data?
+    var sharedMemory: Data?
+    var directoryListing: [String]
+
+    init(databasePath path: String) {
+        database = FileManager.default.contents(atPath: path)
+        wal = FileManager.default.contents(atPath: path + "-wal")
+        sharedMemory = FileManager.default.contents(atPath: path + "-shm")
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        directoryListing = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted()
+    }
+}
+
+extension [String: Any] {
+    /// The value at a dotted path such as `snapshotDB.commitCounter`.
+    func value(at path: String) -> Any? {
+        var current: Any? = self
+        for key in path.split(separator: ".") {
+            if let array = current as? [Any], let index = Int(key) {
+                current = index < array.count ? array[index] : nil
+            } else {
+                current = (current as? [String: Any])?[String(key)]
+            }
+        }
+        return current
+    }
+}

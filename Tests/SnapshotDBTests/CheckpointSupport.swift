@@ -1,0 +1,130 @@
+import Foundation
+import Logging
+import Synchronization
+import Testing
+
+@testable import SnapshotDB
+
+/// A swift-log handler that keeps every message, so tests can read what the monitor logged.
+final class LogCapture: Sendable {
+    struct Entry: Sendable {
+        var level: Logger.Level
+        var message: String
+    }
+
+    private let entries = Mutex<[Entry]>([])
+
+    /// A logger labelled like the checkpoint logger that records into this capture.
+    var logger: Logger {
+        Logger(label: "snapshotdb.checkpoint") { _ in Handler(capture: self) }
+    }
+
+    /// The messages logged at `level`, in order.
+    func messages(at level: Logger.Level) -> [String] {
+        entries.withLock { $0.filter { $0.level == level }.map(\.message) }
+    }
+
+    fileprivate func append(_ entry: Entry) {
+        entries.withLock { $0.append(entry) }
+    }
+
+    private struct Handler: LogHandler {
+        let capture: LogCapture
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            capture.append(Entry(level: event.level, message: event.message.description))
+        }
+    }
+}
+
+/// A child process whose steps the test orders through its standard input and output: the
+/// child prints a line when it reached a state, and waits for a line on its input to go on.
+final class ChildProcess {
+    let process = Process()
+    private let input = Pipe()
+    private let output = Pipe()
+    private let errors = Pipe()
+    private var received = ""
+
+    /// Starts `python3 -c script arguments...`.
+    init(python script: String, arguments: [String]) throws {
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = ["-c", script] + arguments
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+    }
+
+    var processID: Int32 { process.processIdentifier }
+
+    /// Blocks until the child printed `line`; throws if it exits first.
+    func waitForLine(_ line: String) throws {
+        while !received.split(separator: "\n").contains(Substring(line)) {
+            let data = output.fileHandleForReading.availableData
+            if data.isEmpty {
+                process.waitUntilExit()
+                let message = String(
+                    decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                throw CommandFailed(
+                    command: "python3 child", status: process.terminationStatus, standardError: message)
+            }
+            received += String(decoding: data, as: UTF8.self)
+        }
+    }
+
+    /// Lets the child go on (it reads one line) and waits for it to exit.
+    func proceedAndWait() throws {
+        input.fileHandleForWriting.write(Data("go\n".utf8))
+        try input.fileHandleForWriting.close()
+        process.waitUntilExit()
+    }
+
+    /// Kills the child with SIGKILL, as a crash would, and reaps it.
+    func kill() {
+        _ = Foundation.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}
+
+/// The size of the file at `path`, 0 when it does not exist.
+func fileSize(_ path: String) -> Int64 {
+    ((try? FileManager.default.attributesOfItem(atPath: path)[.size]) as? NSNumber)?.int64Value ?? 0
+}
+
+/// Commits `count` transactions of `valuesPerCommit` values of about `valueBytes` bytes each.
+func writeCommits(
+    _ connection: Connection, count: Int, valuesPerCommit: Int = 8, valueBytes: Int = 600, offset: Int = 0
+) throws {
+    let filler = String(repeating: "x", count: valueBytes)
+    for commit in 0..<count {
+        try connection.readWrite { txn in
+            for value in 0..<valuesPerCommit {
+                let key = "\((offset + commit) * valuesPerCommit + value)"
+                try txn.set(Item(title: filler, count: commit), forKey: key, inCollection: "items")
+            }
+        }
+    }
+}
+
+/// Commits until the WAL holds more than `bytes`, at most `limit` commits; returns how many.
+@discardableResult
+func writeUntilWAL(
+    of database: Database, exceeds bytes: Int64, through connection: Connection, limit: Int = 5_000
+)
+    throws -> Int
+{
+    var commits = 0
+    while database.checkpointer.knownWALBytes <= bytes && commits < limit {
+        try writeCommits(connection, count: 1, offset: commits)
+        commits += 1
+    }
+    return commits
+}
