@@ -82,6 +82,7 @@ struct RunCommand: ParsableCommand {
             advances: stats.advances, readLatency: .init(stats.readLatency),
             changesReceived: outcome.changesReceived, peakWALBytes: outcome.peakWALBytes,
             walBoundBytes: walBoundBytes, laggard: outcome.laggard, warnings: capture.warnings,
+            checkpointEvents: outcome.checkpointEvents,
             crash: outcome.crash, integrityChecker: checker?.name ?? "none",
             violationCount: violations.count, violations: violations.messages, passed: violations.count == 0)
         print(json ? try report.json() : report.text)
@@ -100,6 +101,7 @@ struct RunCommand: ParsableCommand {
         var changesReceived: Int
         var peakWALBytes: Int64
         var laggard: LaggardReport
+        var checkpointEvents: [RecordedCheckpointEvent]
         var crash: CrashReport
     }
 
@@ -120,6 +122,8 @@ struct RunCommand: ParsableCommand {
         let bank = try Bank.open(database.newConnection(name: "setup"), accounts: accounts)
         let changes = CommitStreamChecker(
             database: database, after: database.latestCommit, violations: violations)
+        let events = CheckpointEventRecorder(database: database, start: control.start)
+        defer { events.stop() }
         let sampler = WALSampler(databasePath: database.path)
         let stats = StatsCollector()
         let laggardReport = ResultBox(LaggardReport())
@@ -150,7 +154,8 @@ struct RunCommand: ParsableCommand {
         }
         let laggard = Laggard(
             connection: database.newConnection(name: Laggard.name), bank: bank, control: control,
-            violations: violations, sampler: sampler, warnings: capture, walBoundBytes: walBoundBytes)
+            violations: violations, sampler: sampler, warnings: capture, events: events,
+            walBoundBytes: walBoundBytes)
         threads.append(WorkerThread(name: Laggard.name) { laggardReport.value = laggard.run() })
         if crashRounds {
             let executable = try Self.executable()
@@ -158,11 +163,17 @@ struct RunCommand: ParsableCommand {
             let crashPath = directory + "/crash.sqlite"
             let accounts = self.accounts
             let random = SplitMix64.forWorker(2_000, seed: seed)
+            let verifierConfiguration = {
+                var configuration = Configuration()
+                configuration.checkpointLogger = capture.logger(label: "snapshotdb.checkpoint")
+                return configuration
+            }()
             threads.append(
                 WorkerThread(name: "crash-rounds") {
                     var rounds = CrashRounds(
                         path: crashPath, executable: executable, accounts: accounts, control: control,
-                        violations: violations, checker: checker, random: random)
+                        violations: violations, checker: checker, configuration: verifierConfiguration,
+                        random: random)
                     crashReport.value = rounds.run()
                 })
         }
@@ -178,7 +189,8 @@ struct RunCommand: ParsableCommand {
         if !crashRounds { crashReport.value.integrityChecker = "skipped (--no-crash-rounds)" }
         return Outcome(
             stats: totals, elapsedSeconds: elapsed, changesReceived: changesReceived,
-            peakWALBytes: sampler.peakBytes, laggard: laggardReport.value, crash: crashReport.value)
+            peakWALBytes: sampler.peakBytes, laggard: laggardReport.value, checkpointEvents: events.all,
+            crash: crashReport.value)
     }
 
     /// Every commit after the setup was acknowledged to exactly one writer: no number twice,

@@ -29,6 +29,8 @@ struct CrashRounds {
     let control: RunControl
     let violations: Violations
     let checker: IntegrityChecker?
+    /// How the parent opens the crashed database (its logger goes to the run's capture).
+    let configuration: Configuration
     var random: SplitMix64
     /// The child is killed this long after it starts, at most (uniformly at random).
     var maximumKillDelay: Duration = .milliseconds(600)
@@ -40,7 +42,7 @@ struct CrashRounds {
 
     init(
         path: String, executable: URL, accounts: Int, control: RunControl, violations: Violations,
-        checker: IntegrityChecker?, random: SplitMix64
+        checker: IntegrityChecker?, configuration: Configuration, random: SplitMix64
     ) {
         self.path = path
         self.executable = executable
@@ -48,6 +50,7 @@ struct CrashRounds {
         self.control = control
         self.violations = violations
         self.checker = checker
+        self.configuration = configuration
         self.random = random
     }
 
@@ -59,7 +62,7 @@ struct CrashRounds {
         else { return report }
         do {
             do {
-                let database = try Database(path: path)
+                let database = try Database(path: path, configuration: configuration)
                 _ = try Bank.open(database.newConnection(name: "crash-setup"), accounts: accounts)
             }
             while control.shouldContinue, control.deadline - .now > roundBudget {
@@ -137,7 +140,7 @@ struct CrashRounds {
             passed = false
         }
         do {
-            let database = try Database(path: path)
+            let database = try Database(path: path, configuration: configuration)
             let connection = database.newConnection(name: "crash-verifier")
             let acknowledged = self.acknowledged
             passed =

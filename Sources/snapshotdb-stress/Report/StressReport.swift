@@ -42,6 +42,8 @@ struct StressReport: Codable, Sendable {
     var laggard: LaggardReport
     /// Every message at warning level or above the checkpoint monitor logged.
     var warnings: [CapturedWarning]
+    /// Every event `Database.checkpointEvents()` sent.
+    var checkpointEvents: [RecordedCheckpointEvent]
     var crash: CrashReport
     var integrityChecker: String
 
@@ -76,12 +78,14 @@ struct StressReport: Codable, Sendable {
         add("read time", latency(readLatency))
         add("changes()", "\(changesReceived) changesets received in order")
         add("peak WAL", "\(bytes(peakWALBytes)) (bound \(bytes(walBoundBytes)))")
-        add("laggard", laggardSummary)
+        for (index, line) in laggardSummary.enumerated() { add(index == 0 ? "laggard" : "", line) }
         add("warnings", "\(warnings.count)" + (warnings.isEmpty ? "" : ":"))
         for warning in warnings.prefix(10) {
-            lines.append("    [\(formatSeconds(warning.seconds))] \(warning.level): \(warning.line)")
+            // The message alone: the metadata repeats it (the JSON report has both).
+            lines.append("    [\(formatSeconds(warning.seconds))] \(warning.level): \(warning.message)")
         }
         if warnings.count > 10 { lines.append("    ... \(warnings.count - 10) more") }
+        add("events", eventSummary)
         add(
             "crash rounds",
             "\(crash.survived) of \(crash.rounds) survived (\(crash.killedBeforeReady) killed before the "
@@ -97,18 +101,31 @@ struct StressReport: Codable, Sendable {
         return lines.joined(separator: "\n")
     }
 
-    private var laggardSummary: String {
-        guard laggard.bookmarkCommit > 0 || laggard.heldSeconds > 0 else { return "did not run" }
-        var text =
-            "held commit \(laggard.bookmarkCommit) for \(formatSeconds(laggard.heldSeconds)), WAL "
-            + "\(bytes(laggard.walBytesAtBookmark)) -> \(bytes(laggard.peakWALBytesWhileHeld)), "
-            + "\(laggard.warningsNamingLaggard) warnings naming it, jumped \(laggard.commitsJumped) commits"
-        if let seconds = laggard.backUnderBoundAfterSeconds, let size = laggard.walBytesAfterRecovery {
-            text += ", WAL back to \(bytes(size)) \(formatSeconds(seconds)) after"
-        } else {
-            text += ", WAL never back under bound"
+    private var eventSummary: String {
+        let kinds: [RecordedCheckpointEvent.Kind] = [.checkpointStalled, .walOverWarning, .recovered]
+        let counts = kinds.map { kind in
+            "\(checkpointEvents.filter { $0.kind == kind }.count) \(kind.rawValue)"
         }
-        return text
+        return counts.joined(separator: ", ") + " (checkpointEvents())"
+    }
+
+    private var laggardSummary: [String] {
+        guard laggard.bookmarkCommit > 0 else { return ["did not run"] }
+        var recovery =
+            laggard.backUnderBoundAfterSeconds.map { "WAL back under bound after \(formatSeconds($0))" }
+            ?? "WAL never back under bound"
+        if let size = laggard.walBytesAfterRecovery { recovery += " (\(bytes(size)))" }
+        recovery +=
+            laggard.recoveredEventAfterSeconds.map { ", recovered event after \(formatSeconds($0))" }
+            ?? ", no recovered event"
+        return [
+            "held commit \(laggard.bookmarkCommit) for \(formatSeconds(laggard.heldSeconds)), WAL "
+                + "\(bytes(laggard.walBytesAtBookmark)) -> \(bytes(laggard.peakWALBytesWhileHeld))",
+            "named by \(laggard.warningsNamingLaggard) logged warnings and \(laggard.eventsNamingLaggard) "
+                + "walOverWarning events; checkpointStatus(): pins "
+                + "\(bytes(laggard.pinnedBytesBeforeAdvance)), \(laggard.commitsBehindBeforeAdvance) commits behind",
+            "advanced \(laggard.commitsJumped) commits at once; " + recovery,
+        ]
     }
 
     private func milliseconds(_ value: Double) -> String { fixed(value, digits: value < 10 ? 2 : 1) + " ms" }
