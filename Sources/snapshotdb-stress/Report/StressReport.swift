@@ -123,7 +123,8 @@ struct StressReport: Codable, Sendable {
                 + "\(bytes(laggard.walBytesAtBookmark)) -> \(bytes(laggard.peakWALBytesWhileHeld))",
             "named by \(laggard.warningsNamingLaggard) logged warnings and \(laggard.eventsNamingLaggard) "
                 + "walOverWarning events; checkpointStatus(): pins "
-                + "\(bytes(laggard.pinnedBytesBeforeAdvance)), \(laggard.commitsBehindBeforeAdvance) commits behind",
+                + "\(bytes(laggard.pinnedBytesBeforeAdvance)), "
+                + "\(laggard.commitsBehindBeforeAdvance) commits behind",
             "advanced \(laggard.commitsJumped) commits at once; " + recovery,
         ]
     }
