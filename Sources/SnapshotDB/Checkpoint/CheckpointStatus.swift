@@ -117,7 +117,9 @@ public struct ExternalReader: Sendable, Hashable {
 /// ``Database/checkpointEvents()``.
 public enum CheckpointEvent: Sendable, Hashable {
     /// A checkpoint could not copy the whole WAL because snapshots pin it; sent when the
-    /// monitor enters that state. Short stalls caused by ordinary reads are normal.
+    /// monitor enters that state with a culprit (a snapshot behind the newest commit that was
+    /// held before the checkpoint started, or a reader of another process), or when the stall
+    /// persists to the next checkpoint. Brief stalls caused by ordinary reads stay quiet.
     case checkpointStalled(CheckpointStatus)
     /// The WAL is past ``Configuration/walWarningBytes`` and cannot be checkpointed; the
     /// status names the culprits. Throttled like the logged warning: once, then again when the

@@ -1,8 +1,11 @@
+internal import SnapshotDBInspection
+
 /// Lists which processes hold the read-mark lock bytes of the database's `-shm`.
 ///
 /// A reader holds a shared lock on byte `123 + i` of the `-shm` while its snapshot uses read
-/// mark `i`. The probe never opens the `-shm`: closing any descriptor on it would drop every
-/// POSIX lock SQLite holds there for the whole process.
+/// mark `i`. The probe is ``SnapshotDBInspector/probeLocks(databaseAt:)``, which only calls
+/// `stat()` and reads `/proc/locks`: it never opens the `-shm`, since closing any descriptor on
+/// it would drop every POSIX lock SQLite holds there for the whole process.
 enum ReadMarkProbe {
     /// One holder of a read-mark lock.
     struct Holder: Hashable {
@@ -12,8 +15,19 @@ enum ReadMarkProbe {
     }
 
     /// The holders of the read marks of the database at `databasePath` (this process's own
-    /// connections included), or `nil` when lock holders cannot be listed on this system.
+    /// connections included, under its pid), or `nil` when lock holders cannot be listed on
+    /// this system.
     static func holders(databasePath: String) -> [Holder]? {
-        nil
+        guard let locks = try? SnapshotDBInspector.probeLocks(databaseAt: databasePath) else { return nil }
+        guard !locks.sources.isEmpty else { return nil }
+        var holders: [Holder] = []
+        for byte in locks.bytes {
+            guard let slot = byte.lock.readSlot else { continue }
+            for holder in byte.holders where holder.mode == .shared {
+                guard let pid = holder.pid else { continue }
+                holders.append(Holder(slot: slot, processID: pid, processName: holder.processName))
+            }
+        }
+        return holders
     }
 }

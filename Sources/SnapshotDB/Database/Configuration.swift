@@ -43,7 +43,14 @@ public struct Configuration: Sendable {
     /// idle connections can invalidate their caches precisely instead of dropping them.
     public var commitLogRetention: Int = 1_000
 
-    /// The WAL size, in pages, past which a commit asks for a PASSIVE checkpoint.
+    /// The WAL size, in pages, past which a commit asks for a PASSIVE checkpoint (1000, about
+    /// 4 MiB with 4 KiB pages).
+    ///
+    /// The checkpoint runs on the database's own connection, off the committing thread; when no
+    /// snapshot is behind the newest commit, the WAL is then reset. A writer that gets four
+    /// thresholds ahead of a running checkpoint waits for it, so the WAL stays bounded under a
+    /// writer that commits as fast as it can; snapshots that pin the WAL never make writers
+    /// wait (see ``walHardLimitBytes``).
     public var checkpointThresholdPages: Int = 1_000
 
     /// The WAL size in bytes past which the checkpoint monitor warns about the snapshots that
