@@ -53,7 +53,7 @@ struct RunCommand: ParsableCommand {
 
     func run() throws {
         let seed = self.seed ?? UInt64.random(in: 1...UInt64(UInt32.max))
-        let directory = try makeDirectory()
+        let (directory, isTemporary) = try makeDirectory()
         let violations = Violations()
         let checker = IntegrityChecker.find()
         violations.check(checker != nil, "neither sqlite3 nor python3 is available to run integrity_check")
@@ -63,7 +63,7 @@ struct RunCommand: ParsableCommand {
         let path = directory + "/stress.sqlite"
         let outcome = try runWorkload(
             path: path, directory: directory, seed: seed, control: control, capture: capture,
-            violations: violations)
+            checker: checker, violations: violations)
 
         // The database is closed now; a foreign SQLite checks what it left behind.
         if let checker, let problems = checker.problems(at: path) {
@@ -88,7 +88,7 @@ struct RunCommand: ParsableCommand {
         print(json ? try report.json() : report.text)
 
         if report.passed && !keep {
-            try? FileManager.default.removeItem(atPath: directory)
+            removeDatabases(in: directory, isTemporary: isTemporary)
         } else if !json {
             print("databases kept in \(directory)")
         }
@@ -108,8 +108,10 @@ struct RunCommand: ParsableCommand {
     /// Runs every worker against a database that is closed again when this returns.
     private func runWorkload(
         path: String, directory: String, seed: UInt64, control: RunControl, capture: WarningCapture,
-        violations: Violations
+        checker: IntegrityChecker?, violations: Violations
     ) throws -> Outcome {
+        // Everything that can fail is done before the first worker starts.
+        let executable = try Self.executable()
         var configuration = Configuration()
         // Small checkpoint steps and a WAL bound a few seconds of writing passes, so that one
         // short run shows the WAL growing behind the laggard and shrinking after it.
@@ -120,8 +122,9 @@ struct RunCommand: ParsableCommand {
         configuration.checkpointLogger = capture.logger(label: "snapshotdb.checkpoint")
         let database = try Database(path: path, configuration: configuration)
         let bank = try Bank.open(database.newConnection(name: "setup"), accounts: accounts)
-        let changes = CommitStreamChecker(
-            database: database, after: database.latestCommit, violations: violations)
+        // The commit the workload starts from (the setup, or an earlier run's last commit).
+        let firstCommit = database.latestCommit
+        let changes = CommitStreamChecker(database: database, after: firstCommit, violations: violations)
         let events = CheckpointEventRecorder(database: database, start: control.start)
         defer { events.stop() }
         let sampler = WALSampler(databasePath: database.path)
@@ -158,8 +161,6 @@ struct RunCommand: ParsableCommand {
             walBoundBytes: walBoundBytes)
         threads.append(WorkerThread(name: Laggard.name) { laggardReport.value = laggard.run() })
         if crashRounds {
-            let executable = try Self.executable()
-            let checker = IntegrityChecker.find()
             let crashPath = directory + "/crash.sqlite"
             let accounts = self.accounts
             let random = SplitMix64.forWorker(2_000, seed: seed)
@@ -183,7 +184,7 @@ struct RunCommand: ParsableCommand {
         let latest = database.latestCommit
         let changesReceived = changes.finish(through: latest, timeout: .seconds(10))
         let totals = stats.snapshot
-        checkCommitNumbers(totals.commitNumbers, bank: bank, latest: latest, violations: violations)
+        checkCommitNumbers(totals.commitNumbers, after: firstCommit, through: latest, violations: violations)
         let audit = try database.newConnection(name: "audit").read { try Bank.audit($0) }
         for problem in audit { violations.record("final audit: \(problem)") }
         if !crashRounds { crashReport.value.integrityChecker = "skipped (--no-crash-rounds)" }
@@ -193,10 +194,10 @@ struct RunCommand: ParsableCommand {
             crash: crashReport.value)
     }
 
-    /// Every commit after the setup was acknowledged to exactly one writer: no number twice,
+    /// Every commit of the workload was acknowledged to exactly one writer: no number twice,
     /// none skipped.
     private func checkCommitNumbers(
-        _ numbers: [UInt64], bank: BankInfo, latest: UInt64, violations: Violations
+        _ numbers: [UInt64], after first: UInt64, through latest: UInt64, violations: Violations
     ) {
         let sorted = numbers.sorted()
         var duplicates: [UInt64] = []
@@ -205,22 +206,37 @@ struct RunCommand: ParsableCommand {
         }
         violations.check(
             duplicates.isEmpty, "commit numbers acknowledged twice: \(BookmarkChecks.summary(duplicates))")
-        let expected = Array(bank.setupCommit + 1..<latest + 1)
+        let expected = Array(first + 1..<latest + 1)
         violations.check(
             Array(Set(sorted)).sorted() == expected,
-            "writers were acknowledged \(Set(sorted).count) distinct commits, the database has "
-                + "\(expected.count) after the setup (latest \(latest))")
+            "writers were acknowledged \(Set(sorted).count) distinct commits, the database made "
+                + "\(expected.count) (\(first) -> \(latest))")
     }
 
-    private func makeDirectory() throws -> String {
+    /// The directory for the databases, and whether the run created it as a temporary one.
+    private func makeDirectory() throws -> (path: String, isTemporary: Bool) {
         if let directory {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            return directory
+            return (directory, false)
         }
         let base = FileManager.default.temporaryDirectory.appendingPathComponent(
             "snapshotdb-stress-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
-        return base.path
+        return (base.path, true)
+    }
+
+    /// Removes a temporary directory, or only the run's own files from a directory given with
+    /// `--directory`.
+    private func removeDatabases(in directory: String, isTemporary: Bool) {
+        if isTemporary {
+            try? FileManager.default.removeItem(atPath: directory)
+            return
+        }
+        for name in ["stress.sqlite", "crash.sqlite"] {
+            for suffix in ["", "-wal", "-shm"] {
+                try? FileManager.default.removeItem(atPath: "\(directory)/\(name)\(suffix)")
+            }
+        }
     }
 
     /// This executable, to start crash children from.
