@@ -47,7 +47,9 @@ let package = Package(
             name: "snapshotdb",
             dependencies: [
                 "CSQLite",
+                "SnapshotDB",
                 "SnapshotDBInspection",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictSettings

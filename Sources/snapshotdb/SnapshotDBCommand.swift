@@ -1,7 +1,7 @@
 import ArgumentParser
 
-/// The `snapshotdb` tool: inspect a SnapshotDB database's WAL and readers, watch them, and
-/// checkpoint on purpose.
+/// The `snapshotdb` tool: inspect a SnapshotDB database's WAL and readers, watch them,
+/// checkpoint on purpose, and run the guided demo.
 @main
 struct SnapshotDBCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -16,7 +16,7 @@ struct SnapshotDBCommand: ParsableCommand {
             Inspect.self,
             Watch.self,
             Checkpoint.self,
-                // Demo.self is added here by the `demo` work; it is the only planned subcommand left.
+            Demo.self,
         ]
     )
 }

@@ -39,11 +39,11 @@ struct CheckpointTests {
             let status = db.checkpointStatus()
             // 64 pages is 264 KiB of frames. The checkpoint runs beside a writer that commits
             // as fast as it can (thousands of commits a second); past four thresholds the
-            // writer waits for it (typically 4 to 5 thresholds are seen; a brief stall lifts the
-            // back-pressure for one threshold). Nothing like the ~25 MiB of 3,000 commits.
+            // writer waits for it: about 4 thresholds and the commit in flight are seen (6 allows
+            // for scheduling). Nothing like the ~25 MiB of 3,000 unchecked commits.
             let frame = Int64(status.pageSize + 24)
-            #expect(largestInUse <= 8 * 64 * frame, "largest WAL in use: \(largestInUse) bytes")
-            #expect(largestFile <= 8 * 64 * frame, "largest -wal file: \(largestFile) bytes")
+            #expect(largestInUse <= 6 * 64 * frame, "largest WAL in use: \(largestInUse) bytes")
+            #expect(largestFile <= 6 * 64 * frame, "largest -wal file: \(largestFile) bytes")
             #expect(!status.isStalled)
             #expect(status.laggingSnapshots.isEmpty)
             print("WAL bound without laggard: \(largestInUse) bytes in use, \(largestFile) bytes on disk")
@@ -169,6 +169,44 @@ struct CheckpointTests {
         #expect(received[recovery].status.walBytes < 256 << 10)
         let beforeRecovery = received[..<recovery]
         #expect(beforeRecovery.allSatisfy { $0.status.laggingSnapshots.first?.connectionName == "laggard" })
+    }
+
+    @Test func warningsAreThrottledUntilTheWALDoublesOrTheIntervalPasses() throws {
+        let logs = LogCapture()
+        var configuration = Self.smallConfiguration(logs: logs)
+        configuration.warningInterval = .seconds(3_600)
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let writer = db.newConnection(name: "writer")
+            let laggard = db.newConnection(name: "laggard")
+            try laggard.beginLongLivedReadTransaction()
+            try writeUntilWAL(of: db, exceeds: 300 << 10, through: writer)
+            db.waitForCheckpoints()
+            try db.checkpoint(.passive)
+            let first = logs.messages(at: .warning).count
+            #expect(first >= 1)
+            // The same stall, the WAL not doubled, within the interval: quiet.
+            for _ in 0..<3 { try db.checkpoint(.passive) }
+            #expect(logs.messages(at: .warning).count == first)
+            // The WAL doubled: one more warning.
+            try writeUntilWAL(of: db, exceeds: db.checkpointStatus().walBytes * 2 + 64 << 10, through: writer)
+            db.waitForCheckpoints()
+            try db.checkpoint(.passive)
+            #expect(logs.messages(at: .warning).count > first)
+        }
+
+        let eager = LogCapture()
+        var noInterval = Self.smallConfiguration(logs: eager)
+        noInterval.warningInterval = .zero
+        try withTemporaryDatabase(configuration: noInterval) { db throws in
+            let writer = db.newConnection(name: "writer")
+            let laggard = db.newConnection(name: "laggard")
+            try laggard.beginLongLivedReadTransaction()
+            try writeUntilWAL(of: db, exceeds: 300 << 10, through: writer)
+            db.waitForCheckpoints()
+            let before = eager.messages(at: .warning).count
+            for _ in 0..<3 { try db.checkpoint(.passive) }
+            #expect(eager.messages(at: .warning).count == before + 3, "the interval passed at each check")
+        }
     }
 
     @Test func foreignReaderIsReportedWithItsProcessID() throws {

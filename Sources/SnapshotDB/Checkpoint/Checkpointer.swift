@@ -44,6 +44,10 @@ final class Checkpointer: Sendable {
         /// Frames the last checkpoint could not copy that no local snapshot explains.
         var externallyPinnedFrames = 0
         var walBytesAtOpen: Int64 = 0
+        /// How many bookmarks were taken again off the WAL (for tests).
+        var reseatedBookmarks = 0
+        /// Consecutive resets that found nothing pinning the WAL and still did not complete.
+        var failedResets = 0
         var monitor = MonitorState()
         var subscribers: [Int: AsyncStream<CheckpointEvent>.Continuation] = [:]
         var nextSubscriberID = 0
@@ -201,9 +205,12 @@ final class Checkpointer: Sendable {
     /// would make the committing thread do. Keeps the WAL bounded under a writer that commits
     /// as fast as it can.
     func waitIfWritersOutrunCheckpoints() {
-        let limit = Self.backPressureThresholds * configuration.checkpointThresholdPages
+        let limit = Self.backPressureThresholds * max(1, configuration.checkpointThresholdPages)
         let behind = state.withLock { state in
-            (state.isQueued || state.isRunning) && !state.isStalled && state.walFrames >= limit
+            // A stall announced by the monitor has a culprit: writers are not held back for it
+            // (that is the hard limit's business). A brief stall (a reader that began on the
+            // database file alone blocks one checkpoint) does not lift the back-pressure.
+            (state.isQueued || state.isRunning) && !state.monitor.announcedStall && state.walFrames >= limit
         }
         guard behind, !isOnQueue else { return }
         _ = pending.wait(timeout: .now() + .seconds(1))
@@ -250,15 +257,32 @@ final class Checkpointer: Sendable {
         }
         if let passive = final, passive.isComplete, passive.walFrames > 0, canReset(before) {
             switch resetWAL(database) {
-            case .reset(let result): final = result
+            case .reset(let result):
+                final = result
+                state.withLock { $0.failedResets = 0 }
             case .writerBusy:
                 // A write transaction held the lock past the reset's patience: try again shortly.
                 requestCheckpoint(after: .milliseconds(10))
-            case .notReset: break
+            case .notReset:
+                // Nothing pinned the WAL, yet the reset did not complete: a bookmark's connection
+                // was busy (or not scheduled) within the few milliseconds a reset may hold
+                // writers back. Without another commit nothing would ask again, so retry a
+                // bounded number of times, backing off.
+                let attempt = state.withLock { state in
+                    state.failedResets += 1
+                    return state.failedResets
+                }
+                if attempt <= Self.maximumResetRetries {
+                    requestCheckpoint(after: .milliseconds(10 * attempt))
+                }
             }
         }
         evaluate(database, before: before, startedAt: startedAt, result: final)
     }
+
+    /// How many times in a row a reset that nothing pinned is retried before waiting for the
+    /// next commit to ask again.
+    static let maximumResetRetries = 20
 
     private enum ResetOutcome {
         case reset(CheckpointResult)
@@ -334,6 +358,8 @@ final class Checkpointer: Sendable {
                     at: latest, waitingAtMost: max(.zero, deadline - ContinuousClock.now))
             }
         }
+        let reseated = outcomes.filter { if case .reseated = $0 { true } else { false } }.count
+        state.withLock { $0.reseatedBookmarks += reseated }
         if outcomes.contains(where: { if case .lost = $0 { true } else { false } }) {
             logger.error("a bookmark could not be taken again at commit \(latest) and was released")
         }

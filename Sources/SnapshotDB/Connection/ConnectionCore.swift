@@ -247,9 +247,12 @@ final class ConnectionCore: @unchecked Sendable {
             database.discardPending(commit)
             throw error
         }
+        // The SQLite transaction is over: release the snapshot before publishing the commit, so
+        // that the monitor never sees this writer's start commit as lagging behind its own commit.
+        recordSnapshot(nil)
+        database.updateConnection(id) { $0.lastSnapshot = commit }
         database.observe(commit: commit)
         database.checkpointer.didCommit(commit)
-        database.updateConnection(id) { $0.lastSnapshot = commit }
         cache.invalidate(with: changeset)
         cache.commit = commit
     }

@@ -1,0 +1,33 @@
+import Foundation
+import Testing
+
+@Suite("snapshotdb demo")
+struct DemoTests {
+    @Test func demoRunsEveryStepAndTheMonitorNamesTheLaggard() throws {
+        try withTemporaryDirectory { directory in
+            let result = try Tool.run("demo", directory.path)
+            #expect(result.status == 0, "demo failed: \(result.standardError)")
+            let output = result.standardOutput
+            // The bookmarked reader jumped exactly the three commits made while it held on.
+            #expect(output.contains("ui advances to commit 203 and gets 3 changesets"))
+            #expect(output.contains(#"commit 202 by writer-2, removed items["1-1", "1-2"]"#))
+            // The checkpoint monitor's warning names the laggard, and only it.
+            let warnings = output.split(separator: "\n").filter {
+                $0.contains("warning snapshotdb.checkpoint")
+            }
+            #expect(!warnings.isEmpty)
+            #expect(warnings.allSatisfy { $0.contains("'laggard'") && !$0.contains("'ui'") })
+            // The inspect report from another process sees the laggard's pin.
+            #expect(output.contains("400 commits, "))
+            #expect(output.contains("WAL reset   not possible"))
+            // Once the laggard advanced, the WAL was reset.
+            #expect(output.contains("truncate checkpoint complete: true; WAL now 0 bytes on disk"))
+            // A directory given by the user is kept, with its database.
+            #expect(
+                FileManager.default.fileExists(atPath: directory.appendingPathComponent("demo.sqlite").path))
+            let again = try Tool.run("demo", directory.path)
+            #expect(again.status != 0)
+            #expect(again.standardError.contains("exists"))
+        }
+    }
+}
