@@ -260,15 +260,17 @@ final class ConnectionCore: @unchecked Sendable {
         let changeset = transaction.changes.build(
             commit: commit, connectionName: name, info: transaction.info)
         database.registerPending(changeset)
+        // Release the writer's snapshot before `COMMIT`: once SQLite commits, a reader may
+        // publish this commit from the pending changeset before this thread runs again, and the
+        // monitor must never see a writer's start commit as lagging behind its own commit. A
+        // writer's snapshot is the newest by construction (`BEGIN IMMEDIATE`); it pins nothing.
+        recordSnapshot(nil)
         do throws(DatabaseError) {
             try handle.statement(.commit).execute()
         } catch {
             database.discardPending(commit)
             throw error
         }
-        // The SQLite transaction is over: release the snapshot before publishing the commit, so
-        // that the monitor never sees this writer's start commit as lagging behind its own commit.
-        recordSnapshot(nil)
         database.updateConnection(id) { $0.lastSnapshot = commit }
         database.observe(commit: commit)
         database.checkpointer.didCommit(commit)
