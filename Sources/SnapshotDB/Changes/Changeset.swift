@@ -94,31 +94,45 @@ extension Sequence<Changeset> {
 
 /// Accumulates what a read-write transaction changes; a value type so a savepoint can restore
 /// it by assignment.
+///
+/// Writes are appended to a log and folded into the changeset's key sets once, at commit, into
+/// sets sized in advance: a transaction that writes 100,000 rows then costs an append per row
+/// instead of a hashed insert into a set that keeps growing (which cost a third of a bulk
+/// insert's time). The index that tells which keys the transaction touched, for reads inside
+/// it, is built from the log only when a read asks, and kept up to date from then on.
 struct ChangesetBuilder {
-    var setKeys: [String: Set<String>] = [:]
-    var removedKeys: [String: Set<String>] = [:]
-    var clearedCollections: Set<String> = []
-    var clearedAllCollections = false
-
-    var isEmpty: Bool {
-        setKeys.isEmpty && removedKeys.isEmpty && clearedCollections.isEmpty && !clearedAllCollections
+    private enum Kind {
+        case set
+        case remove
+        case clear
     }
 
+    private struct Operation {
+        let kind: Kind
+        let collection: String
+        /// Empty for `clear`.
+        let key: String
+    }
+
+    private var operations: [Operation] = []
+    private(set) var clearedAllCollections = false
+    /// The operations already folded into `touchedKeys` and `touchedCollections`.
+    private var indexedCount = 0
+    private var touchedKeys: Set<CacheKey> = []
+    private var clearedCollections: Set<String> = []
+
+    var isEmpty: Bool { operations.isEmpty && !clearedAllCollections }
+
     mutating func recordSet(_ key: String, in collection: String) {
-        setKeys[collection, default: []].insert(key)
-        removedKeys[collection]?.remove(key)
+        operations.append(Operation(kind: .set, collection: collection, key: key))
     }
 
     mutating func recordRemove(_ key: String, in collection: String) {
-        removedKeys[collection, default: []].insert(key)
-        setKeys[collection]?.remove(key)
-        if setKeys[collection]?.isEmpty == true { setKeys[collection] = nil }
+        operations.append(Operation(kind: .remove, collection: collection, key: key))
     }
 
     mutating func recordClear(_ collection: String) {
-        clearedCollections.insert(collection)
-        setKeys[collection] = nil
-        removedKeys[collection] = nil
+        operations.append(Operation(kind: .clear, collection: collection, key: ""))
     }
 
     mutating func recordClearAll() {
@@ -126,8 +140,59 @@ struct ChangesetBuilder {
         clearedAllCollections = true
     }
 
+    /// Whether the transaction wrote, removed or cleared `key` (so that the connection's cache,
+    /// which holds values as of the transaction's start, must not answer for it).
+    mutating func mayHaveChanged(_ key: CacheKey) -> Bool {
+        if clearedAllCollections { return true }
+        if indexedCount < operations.count {
+            for operation in operations[indexedCount...] {
+                if operation.kind == .clear {
+                    clearedCollections.insert(operation.collection)
+                } else {
+                    touchedKeys.insert(CacheKey(collection: operation.collection, key: operation.key))
+                }
+            }
+            indexedCount = operations.count
+        }
+        return clearedCollections.contains(key.collection) || touchedKeys.contains(key)
+    }
+
+    /// Folds the log into a changeset: the last operation on a key wins, and a cleared
+    /// collection forgets the keys written before the clear.
     func build(commit: UInt64, connectionName: String, info: [String: String]) -> Changeset {
-        Changeset(
+        var setKeys: [String: Set<String>] = [:]
+        var removedKeys: [String: Set<String>] = [:]
+        var clearedCollections: Set<String> = []
+        var start = operations.startIndex
+        // One run per stretch of consecutive operations on the same collection: its sets are
+        // taken out of the dictionaries once and sized for the whole run.
+        while start < operations.endIndex {
+            let collection = operations[start].collection
+            var end = start + 1
+            while end < operations.endIndex, operations[end].collection == collection { end += 1 }
+            var set = setKeys.removeValue(forKey: collection) ?? []
+            var removed = removedKeys.removeValue(forKey: collection)
+            set.reserveCapacity(set.count + (end - start))
+            for operation in operations[start..<end] {
+                switch operation.kind {
+                case .set:
+                    set.insert(operation.key)
+                    removed?.remove(operation.key)
+                case .remove:
+                    if removed == nil { removed = [] }
+                    removed?.insert(operation.key)
+                    set.remove(operation.key)
+                case .clear:
+                    clearedCollections.insert(collection)
+                    set = []
+                    removed = nil
+                }
+            }
+            if !set.isEmpty { setKeys[collection] = set }
+            if let removed { removedKeys[collection] = removed }
+            start = end
+        }
+        return Changeset(
             commit: commit, setKeys: setKeys, removedKeys: removedKeys,
             clearedCollections: clearedCollections, clearedAllCollections: clearedAllCollections,
             connectionName: connectionName, date: Date(), info: info)

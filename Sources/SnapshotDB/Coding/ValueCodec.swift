@@ -15,37 +15,48 @@ public protocol ValueCodec: Sendable {
 
 /// The default codec: JSON through Foundation's `JSONEncoder` and `JSONDecoder`.
 public struct JSONValueCodec: ValueCodec {
+    // One encoder and one decoder per codec rather than per value: Foundation's coders are
+    // thread-safe (`Sendable`), and making them cost about as much as encoding a small value.
+    private let encoder: JSONEncoder
+    private let decoder = JSONDecoder()
+
     /// Creates the codec.
-    public init() {}
+    public init() {
+        encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+    }
 
     /// Encodes `value` as JSON with sorted keys, so equal values store equal bytes.
     public func encode<T: Encodable>(_ value: T) throws -> Data {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        return try encoder.encode(value)
+        try encoder.encode(value)
     }
 
     /// Decodes JSON.
     public func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
-        try JSONDecoder().decode(type, from: data)
+        try decoder.decode(type, from: data)
     }
 }
 
 /// Binary property lists through Foundation's `PropertyListEncoder` and `PropertyListDecoder`.
 public struct PropertyListValueCodec: ValueCodec {
+    // Made once, like ``JSONValueCodec``'s coders.
+    private let encoder: PropertyListEncoder
+    private let decoder = PropertyListDecoder()
+
     /// Creates the codec.
-    public init() {}
+    public init() {
+        encoder = PropertyListEncoder()
+        encoder.outputFormat = .binary
+    }
 
     /// Encodes `value` as a binary property list.
     public func encode<T: Encodable>(_ value: T) throws -> Data {
-        let encoder = PropertyListEncoder()
-        encoder.outputFormat = .binary
-        return try encoder.encode(value)
+        try encoder.encode(value)
     }
 
     /// Decodes a property list (binary or XML).
     public func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
-        try PropertyListDecoder().decode(type, from: data)
+        try decoder.decode(type, from: data)
     }
 }
 

@@ -61,7 +61,23 @@ public final class Connection: Sendable {
                 "connection '\(name)' was used from inside one of its own transactions; "
                     + "use the transaction you were given, or another connection")
         }
-        return try queue.sync { try body(core) }
+        // The result crosses the queue hop in uninitialized storage, through the non-generic
+        // `sync(execute: () -> Void)`. `read<T>` and `readWrite<T>` run unspecialized when called
+        // from another module, and any `Optional<T>` or `Result<T, _>` on this path (the Dispatch
+        // overlay's generic `sync<T>` keeps one) had its type metadata looked up at run time on
+        // every call, which cost more than the rest of the hop.
+        let result = UnsafeMutablePointer<T>.allocate(capacity: 1)
+        defer { result.deallocate() }
+        var failure: (any Error)?
+        queue.sync { [core] in
+            do {
+                result.initialize(to: try body(core))
+            } catch {
+                failure = error
+            }
+        }
+        if let failure { throw failure }
+        return result.move()
     }
 
     /// Runs `body` on the connection's queue for an `async` caller.

@@ -15,6 +15,10 @@ final class ConnectionCore: @unchecked Sendable {
     private let defaultCodec = JSONValueCodec()
     /// The bookmarked commit while a long-lived read transaction is open.
     private(set) var bookmark: UInt64?
+    /// The commit counter as of a pager data version this connection saw with no unsealed
+    /// foreign write, so that a write transaction that finds the version unchanged (nobody, in
+    /// this process or another, committed since) need not read the metadata table again.
+    private var knownState: (dataVersion: UInt32, commit: UInt64)?
 
     init(database: Database, name: String, id: Int) {
         self.database = database
@@ -73,6 +77,15 @@ final class ConnectionCore: @unchecked Sendable {
     /// changeset) through the writer path; if that is impossible (a read-only file), the read
     /// goes on with the cache dropped, which is always safe.
     private func beginReadSnapshot() throws(DatabaseError) -> UInt64 {
+        try beginReadSnapshotMovingCache().commit
+    }
+
+    /// ``beginReadSnapshot()``, also returning the commit the cache moved from and the
+    /// changesets it moved by (`nil` when it was dropped instead), so that an advance does not
+    /// fetch them from the commit log twice.
+    private func beginReadSnapshotMovingCache() throws(DatabaseError) -> (
+        commit: UInt64, cacheMovedFrom: UInt64, changesets: [Changeset]?
+    ) {
         let handle = try handle()
         var attempts = 0
         while true {
@@ -85,15 +98,17 @@ final class ConnectionCore: @unchecked Sendable {
                 throw error
             }
             guard state.unsealed != 0 else {
-                moveCache(to: state.commit)
-                return state.commit
+                let movedFrom = cache.commit
+                let changesets = moveCache(to: state.commit)
+                return (state.commit, movedFrom, changesets)
             }
             attempts += 1
             if attempts > 2 {
                 database.observe(commit: state.commit)
+                let movedFrom = cache.commit
                 cache.removeAll()
                 cache.commit = state.commit
-                return state.commit
+                return (state.commit, movedFrom, nil)
             }
             endTransaction(handle)
             database.writerLock.lock()
@@ -113,7 +128,20 @@ final class ConnectionCore: @unchecked Sendable {
         while true {
             try handle.statement(.beginImmediate).execute()
             do throws(DatabaseError) {
-                let state = try readState(handle)
+                // BEGIN IMMEDIATE has started the transaction's snapshot, so the data version is
+                // that snapshot's.
+                let version = handle.dataVersion
+                let state: (commit: UInt64, unsealed: Int64)
+                if let knownState, knownState.dataVersion == version {
+                    state = (knownState.commit, 0)
+                    #if DEBUG
+                        let read = try readState(handle)
+                        assert(read.commit == state.commit && read.unsealed == 0, "stale commit counter")
+                    #endif
+                } else {
+                    state = try readState(handle)
+                    knownState = state.unsealed == 0 ? (version, state.commit) : nil
+                }
                 guard state.unsealed != 0 else {
                     moveCache(to: state.commit)
                     return state.commit
@@ -136,6 +164,7 @@ final class ConnectionCore: @unchecked Sendable {
                 database.observe(commit: sealed)
                 database.checkpointer.didCommit(sealed)
             } catch {
+                knownState = nil
                 endTransaction(handle)
                 throw error
             }
@@ -165,15 +194,24 @@ final class ConnectionCore: @unchecked Sendable {
 
     /// Moves the cache to `commit`, dropping exactly what the commits in between changed, or
     /// everything when the commit log no longer reaches back to the cache's commit.
-    private func moveCache(to commit: UInt64) {
-        database.observe(commit: commit)
-        guard cache.commit != commit else { return }
+    ///
+    /// Returns the changesets it moved by, or `nil` when it dropped the cache.
+    @discardableResult
+    private func moveCache(to commit: UInt64) -> [Changeset]? {
+        guard cache.commit != commit else {
+            database.observe(commit: commit)
+            return []
+        }
+        // `changesets(after:through:)` publishes the commits up to `commit` first.
         if commit > cache.commit, let changesets = database.changesets(after: cache.commit, through: commit) {
             for changeset in changesets { cache.invalidate(with: changeset) }
-        } else {
-            cache.removeAll()
+            cache.commit = commit
+            return changesets
         }
+        database.observe(commit: commit)
+        cache.removeAll()
         cache.commit = commit
+        return nil
     }
 
     private func recordSnapshot(_ commit: UInt64?, bookmark isBookmark: Bool = false) {
@@ -268,9 +306,13 @@ final class ConnectionCore: @unchecked Sendable {
         do throws(DatabaseError) {
             try handle.statement(.commit).execute()
         } catch {
+            knownState = nil
             database.discardPending(commit)
             throw error
         }
+        // This handle's own commit changed the data version; nobody else can have committed
+        // since (the version moves on others' commits only when this handle starts a transaction).
+        knownState = (handle.dataVersion, commit)
         database.updateConnection(id) { $0.lastSnapshot = commit }
         database.observe(commit: commit)
         database.checkpointer.didCommit(commit)
@@ -288,20 +330,27 @@ final class ConnectionCore: @unchecked Sendable {
             bookmark = nil
             if let openedHandle { endTransaction(openedHandle) }
         }
-        let commit: UInt64
+        let snapshot: (commit: UInt64, cacheMovedFrom: UInt64, changesets: [Changeset]?)
         do {
-            commit = try beginReadSnapshot()
+            snapshot = try beginReadSnapshotMovingCache()
         } catch {
             recordSnapshot(nil)
             throw error
         }
+        let commit = snapshot.commit
         var changesets: [Changeset] = []
         if let previous, commit > previous {
-            // The old bookmark pinned the log since `previous`, so it holds every changeset; the
-            // fallback only guards against a trimmed log, and never skips a commit silently.
-            changesets =
-                database.changesets(after: previous, through: commit)
-                ?? (previous + 1...commit).map { Changeset(commit: $0, isExternal: true) }
+            if snapshot.cacheMovedFrom == previous, let moved = snapshot.changesets {
+                // The cache moved by exactly the commits this advance reports.
+                changesets = moved
+            } else {
+                // The old bookmark pinned the log since `previous`, so it holds every changeset;
+                // the fallback only guards against a trimmed log, and never skips a commit
+                // silently.
+                changesets =
+                    database.changesets(after: previous, through: commit)
+                    ?? (previous + 1...commit).map { Changeset(commit: $0, isExternal: true) }
+            }
         }
         bookmark = commit
         recordSnapshot(commit, bookmark: true)
@@ -343,10 +392,9 @@ final class ConnectionCore: @unchecked Sendable {
     // MARK: Value access for transactions
 
     func fetchData(_ key: CacheKey) throws(DatabaseError) -> Data? {
-        let statement = try handle().statement(.getData)
-        defer { statement.reset() }
-        try statement.bind(key.collection, at: 1)
-        try statement.bind(key.key, at: 2)
-        return try statement.step() ? statement.data(at: 0) : nil
+        try handle().statement(.getData).withBindings(key.collection, key.key) {
+            statement throws(DatabaseError) in
+            try statement.step() ? statement.data(at: 0) : nil
+        }
     }
 }

@@ -46,7 +46,8 @@ public struct Configuration: Sendable {
     public var changesBufferLimit: Int = 10_000
 
     /// How many recent changesets the commit log keeps beyond those that bookmarks pin, so that
-    /// idle connections can invalidate their caches precisely instead of dropping them.
+    /// idle connections can invalidate their caches precisely instead of dropping them. (The
+    /// log is trimmed in batches, so it may briefly hold up to a quarter more.)
     public var commitLogRetention: Int = 1_000
 
     /// The WAL size, in pages, past which a commit asks for a PASSIVE checkpoint (1000, about

@@ -120,7 +120,7 @@ extension Database {
         return overflowed
     }
 
-    /// Drops changesets that no bookmark can ask for again, keeping the most recent
+    /// Drops changesets that no bookmark can ask for again, keeping at least the most recent
     /// `commitLogRetention` for idle connections' cache invalidation.
     private func trimCommitLog(_ state: inout DatabaseState) {
         let excess = state.commitLog.count - configuration.commitLogRetention
@@ -132,7 +132,10 @@ extension Database {
         // Keep every changeset after the oldest bookmark: that bookmark will ask for them.
         let removable = oldestPinned >= first ? Int(oldestPinned - first + 1) : 0
         let count = min(excess, removable)
-        if count > 0 { state.commitLog.removeFirst(count) }
+        // In batches of a quarter of the retention: removing from the front of an array moves
+        // every element left, and doing that for one changeset per commit, once the log was
+        // full, cost as much as the rest of the commit.
+        if count >= max(1, configuration.commitLogRetention / 4) { state.commitLog.removeFirst(count) }
     }
 
     /// How many changesets the commit log holds (for tests and the monitor).
@@ -152,10 +155,10 @@ extension Database {
 
     func updateConnection(_ id: Int, _ update: (inout ConnectionRecord) -> Void) {
         state.withLock { state in
-            if var record = state.connections[id] {
-                update(&record)
-                state.connections[id] = record
-            }
+            // In place: one lookup, and no copy of the record (whose weak reference costs
+            // runtime calls to copy) on every transaction's begin and end.
+            guard let index = state.connections.index(forKey: id) else { return }
+            update(&state.connections.values[index])
         }
     }
 

@@ -10,7 +10,10 @@ final class SQLiteHandle {
     /// The raw handle. Internal so that the few C calls that need it stay in this layer's files.
     let pointer: OpaquePointer
     let path: String
-    private var statements: [SQL: SQLiteStatement] = [:]
+    /// Prepared statements indexed by `SQL.rawValue`, so that the hot paths fetch a statement
+    /// without hashing; a buffer rather than a stored array, which would pay Swift's dynamic
+    /// exclusivity check on every fetch. Sound because a handle's owner serializes every use.
+    private let statements: UnsafeMutableBufferPointer<SQLiteStatement?>
     /// The last error a call on this handle reported: the cause to name when SQLite turns out
     /// to have rolled back a transaction on its own after an error.
     private(set) var lastError: DatabaseError?
@@ -31,11 +34,14 @@ final class SQLiteHandle {
         }
         self.pointer = handle
         self.path = path
+        statements = .allocate(capacity: SQL.allCases.count)
+        statements.initialize(repeating: nil)
         sqlite3_extended_result_codes(handle, 1)
     }
 
     deinit {
-        statements.removeAll()
+        // Statements are finalized (released) before the handle closes.
+        statements.deinitialize().deallocate()
         sqlite3_close_v2(pointer)
     }
 
@@ -70,10 +76,19 @@ final class SQLiteHandle {
 
     /// The cached statement for `sql`, prepared on first use with `SQLITE_PREPARE_PERSISTENT`.
     func statement(_ sql: SQL) throws(DatabaseError) -> SQLiteStatement {
-        if let cached = statements[sql] { return cached }
+        if let cached = statements[sql.rawValue] { return cached }
         let statement = try SQLiteStatement(handle: self, sql: sql.text, persistent: true)
-        statements[sql] = statement
+        statements[sql.rawValue] = statement
         return statement
+    }
+
+    /// The pager's data version (`SQLITE_FCNTL_DATA_VERSION`): it changes whenever the content
+    /// of the database changes, by a commit on this handle or by one of any other connection (in
+    /// this process or another, seen when this handle next starts a transaction).
+    var dataVersion: UInt32 {
+        var version: UInt32 = 0
+        _ = sqlite3_file_control(pointer, "main", SQLITE_FCNTL_DATA_VERSION, &version)
+        return version
     }
 
     /// Whether the handle is outside any transaction (`sqlite3_get_autocommit`).
@@ -106,7 +121,7 @@ final class SQLiteHandle {
 ///
 /// Table and column names are fixed here; keys, collections and values are always bound as
 /// parameters, never spliced into SQL text.
-enum SQL: Hashable {
+enum SQL: Int, CaseIterable {
     case readState
     case writeCommit
     case sealExternal
@@ -129,10 +144,13 @@ enum SQL: Hashable {
         switch self {
         case .readState:
             // One step reads the commit counter and whether foreign writes are still unsealed.
+            // NOT INDEXED: the three rows sit in the table's one page, and scanning it spares a
+            // read of the name index's page, which after another connection's commit (SQLite
+            // then drops its page cache) is a read from the WAL or the file.
             return """
-                SELECT (SELECT value FROM snapshotdb_meta WHERE name = 'commit'),
-                       (SELECT value FROM snapshotdb_meta WHERE name = 'external')
-                     - (SELECT value FROM snapshotdb_meta WHERE name = 'external_sealed')
+                SELECT (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'commit'),
+                       (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external')
+                     - (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external_sealed')
                 """
         case .writeCommit: return "UPDATE snapshotdb_meta SET value = ?1 WHERE name = 'commit'"
         case .sealExternal:

@@ -56,6 +56,79 @@ final class SQLiteStatement {
         try check(result, "bind blob of \(data.count) bytes")
     }
 
+    /// Runs `body` with `first` and `second` bound to parameters 1 and 2 without copying them
+    /// (`SQLITE_STATIC`), then resets the statement and clears its bindings.
+    ///
+    /// SQLite reads the strings' bytes in place while `body` steps, which saves a copy (and a
+    /// `malloc`/`free` pair) per parameter on the point read and write paths. The bindings are
+    /// cleared before the bytes can go away, so no dangling pointer ever stays bound.
+    func withBindings<R>(
+        _ first: String, _ second: String, _ body: (SQLiteStatement) throws(DatabaseError) -> R
+    ) throws(DatabaseError) -> R {
+        let result = Self.withText(first) { firstText, firstCount in
+            Self.withText(second) { secondText, secondCount in
+                defer { reset() }
+                if let error = bindText(firstText, firstCount, at: 1)
+                    ?? bindText(secondText, secondCount, at: 2)
+                {
+                    return Result<R, DatabaseError>.failure(error)
+                }
+                return Result { () throws(DatabaseError) -> R in try body(self) }
+            }
+        }
+        return try result.get()
+    }
+
+    /// ``withBindings(_:_:_:)`` with `blob` bound, also in place, to parameter 3.
+    func withBindings<R>(
+        _ first: String, _ second: String, _ blob: Data, _ body: (SQLiteStatement) throws(DatabaseError) -> R
+    ) throws(DatabaseError) -> R {
+        let result = blob.withUnsafeBytes { bytes in
+            Self.withText(first) { firstText, firstCount in
+                Self.withText(second) { secondText, secondCount in
+                    defer { reset() }
+                    // In parameter order, each checked at once: a later successful bind would
+                    // replace SQLite's message for an earlier failure. 64-bit lengths, so that a
+                    // value past 2 GiB is refused with SQLITE_TOOBIG instead of trapping.
+                    if let error = bindText(firstText, firstCount, at: 1)
+                        ?? bindText(secondText, secondCount, at: 2)
+                        ?? failure(
+                            bytes.baseAddress.map {
+                                sqlite3_bind_blob64(statement, 3, $0, sqlite3_uint64(bytes.count), nil)
+                            } ?? sqlite3_bind_zeroblob(statement, 3, 0), "bind blob of \(bytes.count) bytes")
+                    {
+                        return Result<R, DatabaseError>.failure(error)
+                    }
+                    return Result { () throws(DatabaseError) -> R in try body(self) }
+                }
+            }
+        }
+        return try result.get()
+    }
+
+    /// Calls `body` with the UTF-8 bytes of `text` (embedded NULs kept), valid only inside it.
+    private static func withText<R>(_ text: String, _ body: (UnsafePointer<CChar>?, Int) -> R) -> R {
+        var text = text
+        return text.withUTF8 { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { body($0.baseAddress, $0.count) }
+        }
+    }
+
+    /// Binds text in place (`SQLITE_STATIC`); an empty string binds `''`, never NULL.
+    private func bindText(_ text: UnsafePointer<CChar>?, _ count: Int, at index: Int32) -> DatabaseError? {
+        let result =
+            if let text, count > 0 {
+                sqlite3_bind_text64(statement, index, text, sqlite3_uint64(count), nil, UInt8(SQLITE_UTF8))
+            } else {
+                sqlite3_bind_text(statement, index, "", 0, snapshotdb_transient)
+            }
+        return failure(result, "bind text")
+    }
+
+    private func failure(_ result: Int32, _ what: String) -> DatabaseError? {
+        result == SQLITE_OK ? nil : handle.error(result, context: what)
+    }
+
     /// Binds a 64-bit integer (`sqlite3_bind_int64`).
     func bind(_ value: Int64, at index: Int32) throws(DatabaseError) {
         try check(sqlite3_bind_int64(statement, index, value), "bind integer")

@@ -40,7 +40,7 @@ public class ReadTransaction {
         if cacheable, let entry = core.cache.entry(for: key) { return entry }
         guard let data = try core.fetchData(key) else { return nil }
         let entry = CacheEntry(data: data, object: nil)
-        if cacheable { core.cache.insert(entry, for: key) }
+        if cacheable, core.cache.admitsRawValue(for: key) { core.cache.insert(entry, for: key) }
         return entry
     }
 
@@ -55,13 +55,18 @@ public class ReadTransaction {
     ) throws(DatabaseError) -> T? {
         try checkActive()
         let cacheKey = CacheKey(collection: collection, key: key)
-        guard var entry = try entry(for: cacheKey) else { return nil }
-        if let object = entry.object as? T { return object }
-        let value = try decode(T.self, from: entry.data, key: key, collection: collection)
-        if cacheIsValid(for: cacheKey) {
+        let cacheable = cacheIsValid(for: cacheKey)
+        if cacheable, var entry = core.cache.entry(for: cacheKey) {
+            if let object = entry.object as? T { return object }
+            let value = try decode(T.self, from: entry.data, key: key, collection: collection)
             entry.object = value
             core.cache.insert(entry, for: cacheKey)
+            return value
         }
+        // A miss is cached once, with its decoded value.
+        guard let data = try core.fetchData(cacheKey) else { return nil }
+        let value = try decode(T.self, from: data, key: key, collection: collection)
+        if cacheable { core.cache.insert(CacheEntry(data: data, object: value), for: cacheKey) }
         return value
     }
 
@@ -76,11 +81,10 @@ public class ReadTransaction {
         try checkActive()
         let cacheKey = CacheKey(collection: collection, key: key)
         if cacheIsValid(for: cacheKey), core.cache.entry(for: cacheKey) != nil { return true }
-        let statement = try core.handle().statement(.exists)
-        defer { statement.reset() }
-        try statement.bind(collection, at: 1)
-        try statement.bind(key, at: 2)
-        return try statement.step()
+        return try core.handle().statement(.exists).withBindings(collection, key) {
+            statement throws(DatabaseError) in
+            try statement.step()
+        }
     }
 
     /// Every key of `collection`, in ascending (binary) order.

@@ -59,9 +59,7 @@ public final class ReadWriteTransaction: ReadTransaction {
     override func cacheIsValid(for key: CacheKey) -> Bool {
         // The cache holds values as of the commit this transaction started from; anything the
         // transaction touched must be read from SQLite, which sees the transaction's writes.
-        !(changes.clearedAllCollections || changes.clearedCollections.contains(key.collection)
-            || changes.setKeys[key.collection]?.contains(key.key) == true
-            || changes.removedKeys[key.collection]?.contains(key.key) == true)
+        !changes.mayHaveChanged(key)
     }
 
     // MARK: Writing values
@@ -98,12 +96,10 @@ public final class ReadWriteTransaction: ReadTransaction {
     private func storeData(_ data: Data, forKey key: String, inCollection collection: String)
         throws(DatabaseError)
     {
-        let statement = try core.handle().statement(.upsert)
-        defer { statement.reset() }
-        try statement.bind(collection, at: 1)
-        try statement.bind(key, at: 2)
-        try statement.bind(data, at: 3)
-        _ = try statement.step()
+        try core.handle().statement(.upsert).withBindings(collection, key, data) {
+            statement throws(DatabaseError) in
+            _ = try statement.step()
+        }
         changes.recordSet(key, in: collection)
     }
 
@@ -111,11 +107,9 @@ public final class ReadWriteTransaction: ReadTransaction {
     public func removeValue(forKey key: String, inCollection collection: String) throws(DatabaseError) {
         try checkActive()
         let handle = try core.handle()
-        let statement = try handle.statement(.delete)
-        defer { statement.reset() }
-        try statement.bind(collection, at: 1)
-        try statement.bind(key, at: 2)
-        _ = try statement.step()
+        try handle.statement(.delete).withBindings(collection, key) { statement throws(DatabaseError) in
+            _ = try statement.step()
+        }
         if handle.changes > 0 { changes.recordRemove(key, in: collection) }
     }
 

@@ -1,0 +1,106 @@
+/// The workloads of issue 6, in table order.
+func makeWorkloads(_ sizes: Sizes, writeRounds: Int) -> [Workload] {
+    [
+        Workload(
+            id: "a", title: "insert 100-byte rows, one transaction", operations: sizes.rows, fixture: .empty
+        ) { subject, data in
+            [try subject.insert(keys: data.keys, payload: data.payload)]
+        },
+        Workload(
+            id: "b", title: "random point reads, one read transaction", operations: sizes.reads,
+            fixture: .sharedRows
+        ) { subject, data in
+            [try checked(subject.readInOneTransaction(keys: data.randomKeys), data.randomKeys.count, subject)]
+        },
+        Workload(
+            id: "b2", title: "random point reads, one transaction each", operations: sizes.reads,
+            fixture: .sharedRows
+        ) { subject, data in
+            [
+                try checked(
+                    subject.readOneTransactionEach(keys: data.randomKeys), data.randomKeys.count, subject)
+            ]
+        },
+        Workload(
+            id: "c", title: "one-row write transactions", operations: sizes.writeTransactions, fixture: .rows,
+            rounds: writeRounds,
+            chunkBody: { subject, data, range in
+                try subject.writeTransactions(
+                    keys: Array(data.writeKeys[range]), payloads: Array(data.writePayloads[range]),
+                    laggardAfter: nil, bumpingCounter: false)
+            }
+        ),
+        Workload(
+            id: "c-counter", title: "one-row write transactions, C and GRDB also bump a counter row",
+            operations: sizes.writeTransactions, fixture: .rows, rounds: writeRounds,
+            chunkBody: { subject, data, range in
+                try subject.writeTransactions(
+                    keys: Array(data.writeKeys[range]), payloads: Array(data.writePayloads[range]),
+                    laggardAfter: nil, bumpingCounter: true)
+            }
+        ),
+        Workload(
+            id: "c-normal", title: "one-row write transactions, synchronous NORMAL",
+            operations: sizes.writeTransactions,
+            sync: .normal, fixture: .rows
+        ) { subject, data in
+            try subject.writeTransactions(
+                keys: Array(data.writeKeys.prefix(data.sizes.writeTransactions)),
+                payloads: data.writePayloads,
+                laggardAfter: nil, bumpingCounter: false)
+        },
+        Workload(
+            id: "d", title: "advance past one commit, read the changed row", operations: sizes.advances,
+            fixture: .rows
+        ) { subject, data in
+            [try subject.advanceAndRead(keys: data.writeKeys, iterations: data.sizes.advances, writes: true)]
+        },
+        Workload(
+            id: "d-idle", title: "advance with nothing new, read one row", operations: sizes.advances,
+            fixture: .sharedRows
+        ) { subject, data in
+            [try subject.advanceAndRead(keys: data.writeKeys, iterations: data.sizes.advances, writes: false)]
+        },
+        Workload(
+            id: "e", title: "hot reads of \(sizes.hotKeys) keys, one read transaction",
+            operations: sizes.hotReads,
+            fixture: .sharedRows
+        ) { subject, data in
+            try subject.warm(keys: Array(data.hotKeys.prefix(data.sizes.hotKeys)))
+            return [
+                try checked(subject.readInOneTransaction(keys: data.hotKeys), data.hotKeys.count, subject)
+            ]
+        },
+        Workload(
+            id: "f-insert", title: "Codable: encode and insert, one transaction", operations: sizes.rows,
+            fixture: .empty
+        ) { subject, data in
+            [try subject.insertItems(keys: data.keys, items: data.items)]
+        },
+        Workload(
+            id: "f-read", title: "Codable: random reads and decode, one transaction", operations: sizes.reads,
+            fixture: .sharedItems
+        ) { subject, data in
+            [try checked(subject.readItems(keys: data.randomKeys), data.randomKeys.count, subject)]
+        },
+        Workload(
+            id: "g", title: "worst commit latency, laggard pins the WAL", operations: sizes.laggardCommits,
+            checkpoints: .engineDefault, fixture: .rows, statistic: .worst, rounds: writeRounds
+        ) { subject, data in
+            try subject.writeTransactions(
+                keys: Array(data.writeKeys.prefix(data.sizes.laggardCommits)), payloads: data.writePayloads,
+                laggardAfter: data.sizes.laggardCommits / 4, bumpingCounter: false)
+        },
+    ]
+}
+
+/// Checks that a read workload found every row it looked for.
+private func checked(_ result: (time: Duration, found: Int), _ expected: Int, _ subject: any Subject) throws
+    -> Duration
+{
+    guard result.found == expected else {
+        throw BenchmarkCheckFailed(
+            description: "\(type(of: subject).engineName) found \(result.found) of \(expected) rows")
+    }
+    return result.time
+}

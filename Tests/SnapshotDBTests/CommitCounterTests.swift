@@ -1,0 +1,46 @@
+import Foundation
+import SnapshotDB
+import Testing
+
+@Suite("Commit counter")
+struct CommitCounterTests {
+    /// A writer skips reading the counter when nothing was committed since its own last commit;
+    /// commits by another connection, or by a foreign client, in between must still be seen.
+    @Test func writersSeeCommitsMadeSinceTheirLastTransaction() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let other = db.newConnection(name: "other")
+            try writer.readWrite { try $0.setData(Data([1]), forKey: "a", inCollection: "c") }
+            try writer.readWrite { try $0.setData(Data([2]), forKey: "a", inCollection: "c") }
+            try other.readWrite { try $0.setData(Data([3]), forKey: "b", inCollection: "c") }
+            try writer.readWrite { try $0.setData(Data([4]), forKey: "a", inCollection: "c") }
+            #expect(db.latestCommit == 4)
+            // A transaction that changes nothing, or rolls back, commits nothing.
+            try writer.readWrite { _ in }
+            try writer.readWrite { txn in
+                try txn.setData(Data([9]), forKey: "a", inCollection: "c")
+                txn.rollback()
+            }
+            try writer.readWrite { try $0.setData(Data([5]), forKey: "a", inCollection: "c") }
+            #expect(db.latestCommit == 5)
+
+            // A foreign client writes through SQLite itself: the writer's next transaction seals
+            // that write as a commit of its own, then commits after it.
+            try run(
+                "/usr/bin/sqlite3",
+                [db.path, "INSERT INTO snapshotdb_values(collection, key, data) VALUES ('c', 'x', x'00')"])
+            try writer.readWrite { try $0.setData(Data([6]), forKey: "a", inCollection: "c") }
+            #expect(db.latestCommit == 7)
+            let counter = try run(
+                "/usr/bin/sqlite3", [db.path, "SELECT value FROM snapshotdb_meta WHERE name = 'commit'"])
+            #expect(counter == "7\n")
+            try writer.readWrite { try $0.setData(Data([7]), forKey: "a", inCollection: "c") }
+            #expect(db.latestCommit == 8)
+            try other.read { txn throws in
+                #expect(txn.commit == 8)
+                #expect(try txn.data(forKey: "x", inCollection: "c") == Data([0]))
+                #expect(try txn.data(forKey: "a", inCollection: "c") == Data([7]))
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+import Foundation
+import SnapshotDB
+import Testing
+
+@Suite("Value cache")
+struct ValueCacheTests {
+    /// A commit that changes more keys than a cache holds is applied by walking the cache
+    /// instead of the changed keys; the result must be the same.
+    @Test func largeCommitsInvalidateExactlyWhatTheyChanged() throws {
+        var configuration = Configuration()
+        configuration.cacheLimit = 4
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let writer = db.newConnection(name: "writer")
+            let reader = db.newConnection(name: "reader")
+            try writer.readWrite { txn in
+                for key in ["a", "b", "c"] {
+                    try txn.setData(Data(key.utf8), forKey: key, inCollection: "items")
+                }
+            }
+            // Both connections cache "a", "b" and "c".
+            for connection in [writer, reader] {
+                try connection.read { txn throws in
+                    for key in ["a", "b", "c"] {
+                        #expect(try txn.data(forKey: key, inCollection: "items") == Data(key.utf8))
+                    }
+                }
+            }
+            try writer.readWrite { txn in
+                try txn.setData(Data("A".utf8), forKey: "a", inCollection: "items")
+                try txn.removeValue(forKey: "c", inCollection: "items")
+                for index in 0..<20 {
+                    try txn.setData(Data([1]), forKey: "new\(index)", inCollection: "items")
+                }
+            }
+            for connection in [writer, reader] {
+                try connection.read { txn throws in
+                    #expect(try txn.data(forKey: "a", inCollection: "items") == Data("A".utf8))
+                    #expect(try txn.data(forKey: "b", inCollection: "items") == Data("b".utf8))
+                    #expect(try txn.data(forKey: "c", inCollection: "items") == nil)
+                    #expect(try txn.data(forKey: "new7", inCollection: "items") == Data([1]))
+                }
+            }
+        }
+    }
+
+    /// Raw bytes enter the cache on their second read, decoded values on their first.
+    @Test func rawValuesAreCachedOnTheirSecondRead() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let reader = db.newConnection(name: "reader")
+            try writer.readWrite { txn in
+                try txn.setData(Data([1]), forKey: "raw", inCollection: "c")
+                try txn.set(Item(title: "a"), forKey: "decoded", inCollection: "c")
+            }
+            try reader.read { txn throws in _ = try txn.data(forKey: "raw", inCollection: "c") }
+            #expect(reader.cachedValueCount == 0)
+            try reader.read { txn throws in _ = try txn.data(forKey: "raw", inCollection: "c") }
+            #expect(reader.cachedValueCount == 1)
+            try reader.read { txn throws in
+                _ = try txn.value(forKey: "decoded", inCollection: "c", as: Item.self)
+            }
+            #expect(reader.cachedValueCount == 2)
+            try writer.readWrite { txn in try txn.setData(Data([2]), forKey: "raw", inCollection: "c") }
+            #expect(try reader.read { try $0.data(forKey: "raw", inCollection: "c") } == Data([2]))
+        }
+    }
+
+    /// A commit by a foreign client drops every cached value; reads go on from SQLite.
+    @Test func foreignCommitsDropTheCache() throws {
+        try withTemporaryDatabase { db throws in
+            let connection = db.newConnection(name: "connection")
+            try connection.readWrite { try $0.setData(Data([1]), forKey: "a", inCollection: "c") }
+            for _ in 0..<2 {
+                #expect(try connection.read { try $0.data(forKey: "a", inCollection: "c") } == Data([1]))
+            }
+            #expect(connection.cachedValueCount == 1)
+            try run(
+                "/usr/bin/sqlite3", [db.path, "UPDATE snapshotdb_values SET data = x'02' WHERE key = 'a'"])
+            for _ in 0..<2 {
+                #expect(try connection.read { try $0.data(forKey: "a", inCollection: "c") } == Data([2]))
+            }
+        }
+    }
+
+    /// Values of another collection with the same key stay cached and correct.
+    @Test func keysAreScopedByCollection() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let reader = db.newConnection(name: "reader")
+            try writer.readWrite { txn in
+                try txn.setData(Data("1".utf8), forKey: "k", inCollection: "one")
+                try txn.setData(Data("2".utf8), forKey: "k", inCollection: "two")
+            }
+            try reader.read { txn throws in
+                #expect(try txn.data(forKey: "k", inCollection: "one") == Data("1".utf8))
+                #expect(try txn.data(forKey: "k", inCollection: "two") == Data("2".utf8))
+            }
+            try writer.readWrite { txn in try txn.setData(Data("3".utf8), forKey: "k", inCollection: "two") }
+            try reader.read { txn throws in
+                #expect(try txn.data(forKey: "k", inCollection: "one") == Data("1".utf8))
+                #expect(try txn.data(forKey: "k", inCollection: "two") == Data("3".utf8))
+            }
+        }
+    }
+}
