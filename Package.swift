@@ -59,6 +59,7 @@ let package = Package(
             dependencies: [
                 "SnapshotDB",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),

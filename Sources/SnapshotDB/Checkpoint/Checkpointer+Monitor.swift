@@ -23,8 +23,10 @@ extension Checkpointer {
     /// (`nil` when it failed), given the snapshots held when it started; logs, sends events and
     /// records metrics.
     ///
-    /// A stall is announced (event, warning) only when it has a culprit, so that the brief
-    /// stalls caused by ordinary reads and by write transactions in flight stay quiet: a
+    /// A stall is announced (event, warning) only when it holds back at least
+    /// ``Configuration/checkpointThresholdPages`` frames and has a culprit, so that the brief
+    /// stalls caused by ordinary reads, by bookmarks that keep up, and by write transactions in
+    /// flight stay quiet: a
     /// bookmark behind the newest commit, a read transaction behind it that was already open
     /// when the checkpoint started, a reader of another process, or else a stall that
     /// persists from one checkpoint to the next.
@@ -63,15 +65,29 @@ extension Checkpointer {
 
         let now = ContinuousClock.now
         let openBeforeCheckpoint = Self.seconds(now - startedAt)
-        let culprits = status.laggingSnapshots.filter {
+        let candidates = status.laggingSnapshots.filter {
             $0.isBookmark || $0.secondsHeld >= openBeforeCheckpoint
+        }
+        // Name the snapshots that pin a checkpoint's worth of WAL, or else the one that pins the
+        // most: a bookmark a commit or two behind is not what makes a WAL grow to megabytes.
+        let significantBytes = Int64(max(1, configuration.checkpointThresholdPages)) * frameBytes
+        let heaviest = candidates.max { $0.pinnedBytes < $1.pinnedBytes }
+        let culprits = candidates.filter {
+            $0.pinnedBytes >= significantBytes || $0 == heaviest
         }
         let explained = !culprits.isEmpty || !status.externalReaders.isEmpty
         let warningBytes = configuration.walWarningBytes
         let interval = configuration.warningInterval
         let verdict = state.withLock { state -> Verdict in
             var verdict = Verdict()
-            let persistent = stalled && (explained || state.monitor.wasStalled)
+            // A stall matters only when it holds back at least a checkpoint's worth of frames:
+            // bookmarks that advance on every change notification are always a commit or two
+            // behind under steady writes, and naming them would drown the real laggard.
+            let significant =
+                result.map {
+                    $0.walFrames - $0.checkpointedFrames >= max(1, configuration.checkpointThresholdPages)
+                } ?? false
+            let persistent = stalled && significant && (explained || state.monitor.wasStalled)
             if result != nil { state.monitor.wasStalled = stalled }
             if persistent && !state.monitor.announcedStall {
                 state.monitor.announcedStall = true

@@ -538,8 +538,7 @@ final class Checkpointer: Sendable {
     // MARK: Helpers
 
     static func milliseconds(_ duration: Duration) -> Int32 {
-        let components = duration.components
-        return Int32(clamping: components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000)
+        duration.sqliteMilliseconds
     }
 
     static func seconds(_ duration: Duration) -> TimeInterval {

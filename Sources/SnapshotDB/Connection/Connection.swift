@@ -80,13 +80,25 @@ public final class Connection: Sendable {
         return result.move()
     }
 
+    /// Runs `body` on the connection's queue for an `async` caller.
+    ///
+    /// `body` receives the caller's cancellation state, to check once its transaction has begun
+    /// and before the caller's closure runs: a task cancelled while it waited (for the queue,
+    /// the writer lock or another process's lock) then ends with `CancellationError` without
+    /// running anything, and one cancelled later is not interrupted.
     private func serializedAsync<T: Sendable>(
-        _ body: @escaping @Sendable (ConnectionCore) throws -> T
+        _ body: @escaping @Sendable (ConnectionCore, TaskCancellation) throws -> T
     ) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            queue.async { [core] in
-                continuation.resume(with: Result { try body(core) })
+        try Task.checkCancellation()
+        let cancellation = TaskCancellation()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                queue.async { [core] in
+                    continuation.resume(with: Result { try body(core, cancellation) })
+                }
             }
+        } onCancel: {
+            cancellation.cancel()
         }
     }
 
@@ -121,18 +133,42 @@ public final class Connection: Sendable {
 
     /// The `async` form of ``read(_:)``: runs on the connection's queue, off the caller's
     /// thread.
+    ///
+    /// - Throws: `CancellationError`, without running `body`, when the task is cancelled before
+    ///   the transaction begins; once `body` runs, cancellation does not interrupt it (as for the
+    ///   `async` `readWrite`).
     public func read<T: Sendable>(
         _ body: @escaping @Sendable (ReadTransaction) throws -> T
     ) async throws -> T {
-        try await serializedAsync { try $0.read(body) }
+        try await serializedAsync { core, cancellation in
+            try core.read { transaction in
+                try cancellation.check()
+                return try body(transaction)
+            }
+        }
     }
 
     /// The `async` form of ``readWrite(_:)``: runs on the connection's queue, off the caller's
     /// thread.
+    ///
+    /// Cancellation is all-or-nothing. A task cancelled before its transaction begins (while it
+    /// waits for the connection, for the database's writer or for another process's lock) gets
+    /// `CancellationError` and `body` never runs. Once `body` runs, cancellation does not
+    /// interrupt it: the transaction commits or rolls back as `body` decides and the call
+    /// returns `body`'s result, so a cancelled task never has to guess whether its write
+    /// happened. (`body` runs on the connection's queue, outside the task, so
+    /// `Task.isCancelled` inside it is always `false`.)
+    ///
+    /// - Throws: `CancellationError` as described above, and what ``readWrite(_:)`` throws.
     public func readWrite<T: Sendable>(
         _ body: @escaping @Sendable (ReadWriteTransaction) throws -> T
     ) async throws -> T {
-        try await serializedAsync { try $0.readWrite(body) }
+        try await serializedAsync { core, cancellation in
+            try core.readWrite { transaction in
+                try cancellation.check()
+                return try body(transaction)
+            }
+        }
     }
 
     // MARK: Long-lived read transactions
@@ -175,5 +211,18 @@ extension Connection {
     /// How many values the connection's cache holds (for tests and diagnostics).
     public var cachedValueCount: Int {
         (try? serialized { $0.cache.count }) ?? 0
+    }
+}
+
+/// Whether the task that called an `async` transaction was cancelled; set from the task's
+/// cancellation handler, read on the connection's queue.
+final class TaskCancellation: Sendable {
+    private let isCancelled = Mutex(false)
+
+    func cancel() { isCancelled.withLock { $0 = true } }
+
+    /// Throws `CancellationError` once the task was cancelled.
+    func check() throws(CancellationError) {
+        if isCancelled.withLock({ $0 }) { throw CancellationError() }
     }
 }

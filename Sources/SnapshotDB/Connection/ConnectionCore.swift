@@ -40,7 +40,7 @@ final class ConnectionCore: @unchecked Sendable {
         if let openedHandle { return openedHandle }
         let configuration = database.configuration
         let handle = try SQLiteHandle(path: database.path)
-        handle.setBusyTimeout(milliseconds: Int32(configuration.busyTimeout / .milliseconds(1)))
+        handle.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
         try handle.configureForSnapshotDB(
             synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
         handle.setWALHook(database.checkpointer)
@@ -62,8 +62,10 @@ final class ConnectionCore: @unchecked Sendable {
     {
         let statement = try handle.statement(.readState)
         defer { statement.reset() }
-        guard try statement.step() else {
-            throw DatabaseError(.corrupt, "the SnapshotDB metadata table has no commit counter")
+        // The scalar subqueries always give a row; NULLs mean another client deleted rows of
+        // snapshotdb_meta, without which commits would be numbered wrong or not at all.
+        guard try statement.step(), !statement.isNull(at: 0), !statement.isNull(at: 1) else {
+            throw Schema.damagedMetadata(path: handle.path)
         }
         return (UInt64(max(0, statement.int64(at: 0))), statement.int64(at: 1))
     }
@@ -169,6 +171,22 @@ final class ConnectionCore: @unchecked Sendable {
         }
     }
 
+    /// The error to throw when SQLite ended the open transaction on its own, or `nil` while it
+    /// is open.
+    ///
+    /// After some errors (a full disk or an I/O error while the page cache spills to the WAL,
+    /// out of memory) SQLite rolls back the whole transaction, and the next statement would run
+    /// in autocommit mode: a caller that caught the error and went on would write outside any
+    /// transaction, with no commit number. Transactions check this before every use and before
+    /// committing, and fail with the code of the error that ended the transaction.
+    func transactionEndedBySQLite() -> DatabaseError? {
+        guard let openedHandle, openedHandle.isAutocommit else { return nil }
+        let cause = openedHandle.lastError
+        var message = "SQLite rolled back the transaction after an error; nothing of it can be committed"
+        if let cause { message += " (\(cause.message))" }
+        return DatabaseError(cause?.code ?? .sqlite, message, sqliteCode: cause?.sqliteCode)
+    }
+
     /// Ends the open transaction without committing anything (reads end this way too).
     private func endTransaction(_ handle: SQLiteHandle) {
         if !handle.isAutocommit { try? handle.statement(.rollback).execute() }
@@ -255,6 +273,7 @@ final class ConnectionCore: @unchecked Sendable {
         do {
             let result = try body(transaction)
             transaction.end()
+            if let error = transactionEndedBySQLite() { throw error }
             guard !transaction.isRollbackRequested, !transaction.changes.isEmpty else {
                 endTransaction(handle)
                 return result
@@ -279,6 +298,11 @@ final class ConnectionCore: @unchecked Sendable {
         let changeset = transaction.changes.build(
             commit: commit, connectionName: name, info: transaction.info)
         database.registerPending(changeset)
+        // Release the writer's snapshot before `COMMIT`: once SQLite commits, a reader may
+        // publish this commit from the pending changeset before this thread runs again, and the
+        // monitor must never see a writer's start commit as lagging behind its own commit. A
+        // writer's snapshot is the newest by construction (`BEGIN IMMEDIATE`); it pins nothing.
+        recordSnapshot(nil)
         do throws(DatabaseError) {
             try handle.statement(.commit).execute()
         } catch {
@@ -289,9 +313,6 @@ final class ConnectionCore: @unchecked Sendable {
         // This handle's own commit changed the data version; nobody else can have committed
         // since (the version moves on others' commits only when this handle starts a transaction).
         knownState = (handle.dataVersion, commit)
-        // The SQLite transaction is over: release the snapshot before publishing the commit, so
-        // that the monitor never sees this writer's start commit as lagging behind its own commit.
-        recordSnapshot(nil)
         database.updateConnection(id) { $0.lastSnapshot = commit }
         database.observe(commit: commit)
         database.checkpointer.didCommit(commit)

@@ -30,7 +30,13 @@ public struct Configuration: Sendable {
     /// How long a connection waits for a lock held by another *process* before failing with
     /// ``DatabaseError/Code/busy``. Connections of the same `Database` never wait on each other
     /// except writers, which queue on the database's writer lock.
+    ///
+    /// SQLite counts the timeout in 32-bit milliseconds: a longer one waits about 24 days, a
+    /// negative one does not wait.
     public var busyTimeout: Duration = .seconds(5)
+
+    /// ``busyTimeout`` in the milliseconds `sqlite3_busy_timeout` takes, clamped to its range.
+    var busyTimeoutMilliseconds: Int32 { busyTimeout.sqliteMilliseconds }
 
     /// How many values each connection keeps decoded in memory; `0` turns the cache off.
     public var cacheLimit: Int = 1_000
@@ -90,4 +96,18 @@ public struct Configuration: Sendable {
 
     /// Creates a configuration with every default.
     public init() {}
+}
+
+extension Duration {
+    /// The duration in the 32-bit milliseconds `sqlite3_busy_timeout` takes: clamped to
+    /// `0...Int32.max` (about 24 days), negative durations giving 0 (do not wait). Computed from
+    /// the integer components, so no duration can overflow or trap.
+    var sqliteMilliseconds: Int32 {
+        let (seconds, attoseconds) = components
+        guard seconds >= 0, attoseconds >= 0 else { return 0 }
+        let (milliseconds, overflow) = seconds.multipliedReportingOverflow(by: 1_000)
+        guard !overflow else { return .max }
+        let total = milliseconds.addingReportingOverflow(attoseconds / 1_000_000_000_000_000)
+        return total.overflow ? .max : Int32(clamping: total.partialValue)
+    }
 }

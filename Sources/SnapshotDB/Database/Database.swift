@@ -53,6 +53,24 @@ public final class Database: Sendable {
     /// SnapshotDB (or empty SQLite) database is refused and not modified, and no `-wal` or
     /// `-shm` is created for it.
     ///
+    /// Damaged and unwritable files:
+    ///
+    /// - A `-wal` or `-shm` left by a process that is gone (a crash, a copy) is recovered by
+    ///   SQLite and the open does not fail. The `-shm` is rebuilt from the `-wal` whatever it
+    ///   holds. The `-wal` is replayed up to its first frame that is cut short or fails its
+    ///   checksum: every commit checkpointed into the main file and every commit whose frames
+    ///   come before the damage opens intact, values and commit counter of the same commit.
+    ///   Commits after the damage are lost as if the process had died before making them (their
+    ///   commit numbers are given again to the next commits), and the open's checkpoint
+    ///   discards the damaged tail. A `-wal` of *another copy* of the database cannot be told
+    ///   from its own: never move a database file without its `-wal`, or beside another's.
+    /// - Damage to the main file is not looked for at open: reads and writes that reach a
+    ///   damaged page throw ``DatabaseError/Code/corrupt`` with SQLite's message and change
+    ///   nothing; values on intact pages stay readable.
+    /// - In a directory that cannot be written (a read-only file system), a database whose
+    ///   `-wal` and `-shm` exist opens read-only (reads work, writes throw `readOnly`); one
+    ///   without them cannot be read by SQLite and the open throws `readOnly`.
+    ///
     /// - Throws: see ``init(path:)``.
     public init(path: String, configuration: Configuration) throws(DatabaseError) {
         let resolved = try Self.resolve(path)
@@ -63,7 +81,7 @@ public final class Database: Sendable {
                 try Schema.createFile(at: resolved, mode: configuration.fileMode)
             }
             let setup = try SQLiteHandle(path: resolved)
-            setup.setBusyTimeout(milliseconds: Int32(configuration.busyTimeout / .milliseconds(1)))
+            setup.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
             try Schema.prepare(setup, path: resolved)
             try setup.configureForSnapshotDB(
                 synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
@@ -76,7 +94,7 @@ public final class Database: Sendable {
                 path: resolved, configuration: configuration, pageSize: pageSize, handle: setup)
         } catch {
             OpenFiles.release(resolved)
-            throw error
+            throw Self.explainUnwritableDirectory(error, path: resolved)
         }
         checkpointer.database = WeakDatabase(self)
         checkpointer.checkpointAtOpen()
@@ -131,11 +149,44 @@ public final class Database: Sendable {
         return UInt64(max(0, value))
     }
 
+    /// SQLite can read a WAL database only with its `-wal` and `-shm` files; when it cannot
+    /// create them (a read-only file system, a directory the process may not write), the open
+    /// fails with SQLite's "unable to open database file" (`SQLITE_CANTOPEN`) or, when the file
+    /// itself is read-only too, "attempt to write a readonly database". Either becomes
+    /// `readOnly`, saying why.
+    static func explainUnwritableDirectory(_ error: DatabaseError, path: String) -> DatabaseError {
+        guard error.code == .cannotOpen || error.code == .readOnly, let sqliteCode = error.sqliteCode
+        else { return error }
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        guard access(directory, W_OK) != 0 else { return error }
+        let reason = String(cString: strerror(errno))
+        return DatabaseError(
+            .readOnly,
+            "\(path) cannot be read: its directory cannot be written (\(reason)), and SQLite needs to "
+                + "create the -wal and -shm files beside a WAL database to read it (\(error.message))",
+            sqliteCode: sqliteCode)
+    }
+
     /// The absolute path of `path` with symlinks resolved; the file itself need not exist.
+    ///
+    /// Refuses what names no file before any C call sees it: an empty path (which would
+    /// resolve to the working directory), a path with a NUL character (which C would silently
+    /// cut short, opening another file), and a symbolic link to a missing file.
     static func resolve(_ path: String) throws(DatabaseError) -> String {
+        guard !path.isEmpty else {
+            throw DatabaseError(.cannotOpen, "the database path is empty")
+        }
+        guard !path.utf8.contains(0) else {
+            throw DatabaseError(
+                .cannotOpen, "the database path \(path.debugDescription) contains a NUL character")
+        }
         if let real = realpath(path, nil) {
             defer { free(real) }
             return String(cString: real)
+        }
+        if let destination = try? FileManager.default.destinationOfSymbolicLink(atPath: path) {
+            throw DatabaseError(
+                .cannotOpen, "\(path) is a symbolic link to \(destination), which does not exist")
         }
         let url = URL(fileURLWithPath: path)
         let directory = url.deletingLastPathComponent().path

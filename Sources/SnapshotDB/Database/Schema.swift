@@ -70,9 +70,11 @@ enum Schema {
             throw DatabaseError(.cannotOpen, "\(path) is not a regular file")
         }
         if info.st_size == 0 { return .new }
-        guard let handle = FileHandle(forReadingAtPath: path) else {
-            throw DatabaseError(.cannotOpen, "cannot read \(path)")
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw DatabaseError(.cannotOpen, "cannot read \(path): \(String(cString: strerror(errno)))")
         }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
         let header = (try? handle.read(upToCount: 100)) ?? Data()
         try? handle.close()
         let magic = Data("SQLite format 3\u{0}".utf8)
@@ -139,10 +141,47 @@ enum Schema {
             )
         }
         // Future versions migrate here, one explicit step per version, inside a transaction.
+        try checkIntact(handle, path: path)
         let mode = try handle.string("PRAGMA journal_mode = WAL")
         guard mode?.lowercased() == "wal" else {
             throw DatabaseError(
                 .sqlite, "\(path) could not be switched to WAL mode (got \(mode ?? "nothing"))")
         }
+    }
+
+    /// The tables, triggers and metadata rows every transaction relies on, by type.
+    static let requiredObjects = [
+        "table": ["snapshotdb_meta", "snapshotdb_values"],
+        "trigger": [
+            "snapshotdb_external_insert", "snapshotdb_external_update", "snapshotdb_external_delete",
+        ],
+    ]
+    static let requiredMetadata = ["commit", "external", "external_sealed"]
+
+    /// Refuses a SnapshotDB file whose schema or metadata another client damaged (dropped a
+    /// table or trigger, deleted a row of `snapshotdb_meta`): opened, it would number commits
+    /// wrong or miss foreign writes.
+    static func checkIntact(_ handle: SQLiteHandle, path: String) throws(DatabaseError) {
+        for (type, names) in requiredObjects.sorted(by: { $0.key < $1.key }) {
+            let list = names.map { "'\($0)'" }.joined(separator: ", ")
+            let found = try handle.int64(
+                "SELECT count(*) FROM sqlite_schema WHERE type = '\(type)' AND name IN (\(list))")
+            guard found == Int64(names.count) else {
+                throw DatabaseError(
+                    .corrupt,
+                    "\(path) is a damaged SnapshotDB database: a \(type) of snapshotdb_ (\(list)) is missing")
+            }
+        }
+        let list = requiredMetadata.map { "'\($0)'" }.joined(separator: ", ")
+        let rows = try handle.int64("SELECT count(*) FROM snapshotdb_meta WHERE name IN (\(list))")
+        guard rows == Int64(requiredMetadata.count) else { throw damagedMetadata(path: path) }
+    }
+
+    /// The error for a `snapshotdb_meta` table that lost rows SnapshotDB needs.
+    static func damagedMetadata(path: String) -> DatabaseError {
+        DatabaseError(
+            .corrupt,
+            "\(path) is a damaged SnapshotDB database: rows of snapshotdb_meta (the commit counter "
+                + "and the foreign-write markers) were deleted by another client")
     }
 }

@@ -14,6 +14,9 @@ final class SQLiteHandle {
     /// without hashing; a buffer rather than a stored array, which would pay Swift's dynamic
     /// exclusivity check on every fetch. Sound because a handle's owner serializes every use.
     private let statements: UnsafeMutableBufferPointer<SQLiteStatement?>
+    /// The last error a call on this handle reported: the cause to name when SQLite turns out
+    /// to have rolled back a transaction on its own after an error.
+    private(set) var lastError: DatabaseError?
 
     /// Opens `path` (`sqlite3_open_v2`) read-write without creating it: SnapshotDB creates new
     /// files itself so that it controls their mode.
@@ -44,9 +47,11 @@ final class SQLiteHandle {
 
     /// A typed error for `result`, with the handle's current message and system errno.
     func error(_ result: Int32, context: String?) -> DatabaseError {
-        DatabaseError.sqlite(
+        let error = DatabaseError.sqlite(
             result, message: String(cString: sqlite3_errmsg(pointer)),
             systemErrno: sqlite3_system_errno(pointer), context: context)
+        lastError = error
+        return error
     }
 
     /// Runs one or more SQL statements that return no rows (`sqlite3_exec`).

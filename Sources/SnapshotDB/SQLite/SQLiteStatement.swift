@@ -23,29 +23,37 @@ final class SQLiteStatement {
 
     deinit { sqlite3_finalize(statement) }
 
-    /// Binds a string (`sqlite3_bind_text`, copied by SQLite), keeping embedded NUL characters.
+    /// Binds a string (`sqlite3_bind_text64`, copied by SQLite), keeping embedded NUL characters.
+    ///
+    /// The 64-bit form takes any length, so a string longer than SQLite accepts fails with
+    /// `SQLITE_TOOBIG` (``DatabaseError/Code/valueTooLarge``) instead of overflowing a 32-bit
+    /// length.
     func bind(_ text: String, at index: Int32) throws(DatabaseError) {
         var text = text
         let result = text.withUTF8 { buffer -> Int32 in
             guard let base = buffer.baseAddress else {
-                return sqlite3_bind_text(statement, index, "", 0, snapshotdb_transient)
+                return sqlite3_bind_text64(statement, index, "", 0, snapshotdb_transient, UInt8(SQLITE_UTF8))
             }
             return base.withMemoryRebound(to: CChar.self, capacity: buffer.count) {
-                sqlite3_bind_text(statement, index, $0, Int32(buffer.count), snapshotdb_transient)
+                sqlite3_bind_text64(
+                    statement, index, $0, sqlite3_uint64(buffer.count), snapshotdb_transient,
+                    UInt8(SQLITE_UTF8))
             }
         }
-        try check(result, "bind text")
+        try check(result, "bind text of \(text.utf8.count) bytes")
     }
 
-    /// Binds bytes (`sqlite3_bind_blob`, copied by SQLite); empty data binds an empty blob, not NULL.
+    /// Binds bytes (`sqlite3_bind_blob64`, copied by SQLite); empty data binds an empty blob, not
+    /// NULL. Bytes longer than SQLite accepts fail with `SQLITE_TOOBIG`, as for ``bind(_:at:)``.
     func bind(_ data: Data, at index: Int32) throws(DatabaseError) {
         let result = data.withUnsafeBytes { buffer in
             if let base = buffer.baseAddress {
-                return sqlite3_bind_blob(statement, index, base, Int32(buffer.count), snapshotdb_transient)
+                return sqlite3_bind_blob64(
+                    statement, index, base, sqlite3_uint64(buffer.count), snapshotdb_transient)
             }
             return sqlite3_bind_zeroblob(statement, index, 0)
         }
-        try check(result, "bind blob")
+        try check(result, "bind blob of \(data.count) bytes")
     }
 
     /// Runs `body` with `first` and `second` bound to parameters 1 and 2 without copying them
@@ -79,13 +87,15 @@ final class SQLiteStatement {
             Self.withText(first) { firstText, firstCount in
                 Self.withText(second) { secondText, secondCount in
                     defer { reset() }
-                    let blobResult =
-                        bytes.baseAddress.map {
-                            sqlite3_bind_blob(statement, 3, $0, Int32(bytes.count), nil)
-                        } ?? sqlite3_bind_zeroblob(statement, 3, 0)
-                    if let error = bindText(firstText, firstCount, at: 1) ?? bindText(
-                        secondText, secondCount, at: 2)
-                        ?? failure(blobResult, "bind blob")
+                    // In parameter order, each checked at once: a later successful bind would
+                    // replace SQLite's message for an earlier failure. 64-bit lengths, so that a
+                    // value past 2 GiB is refused with SQLITE_TOOBIG instead of trapping.
+                    if let error = bindText(firstText, firstCount, at: 1)
+                        ?? bindText(secondText, secondCount, at: 2)
+                        ?? failure(
+                            bytes.baseAddress.map {
+                                sqlite3_bind_blob64(statement, 3, $0, sqlite3_uint64(bytes.count), nil)
+                            } ?? sqlite3_bind_zeroblob(statement, 3, 0), "bind blob of \(bytes.count) bytes")
                     {
                         return Result<R, DatabaseError>.failure(error)
                     }
@@ -97,18 +107,18 @@ final class SQLiteStatement {
     }
 
     /// Calls `body` with the UTF-8 bytes of `text` (embedded NULs kept), valid only inside it.
-    private static func withText<R>(_ text: String, _ body: (UnsafePointer<CChar>?, Int32) -> R) -> R {
+    private static func withText<R>(_ text: String, _ body: (UnsafePointer<CChar>?, Int) -> R) -> R {
         var text = text
         return text.withUTF8 { buffer in
-            buffer.withMemoryRebound(to: CChar.self) { body($0.baseAddress, Int32($0.count)) }
+            buffer.withMemoryRebound(to: CChar.self) { body($0.baseAddress, $0.count) }
         }
     }
 
     /// Binds text in place (`SQLITE_STATIC`); an empty string binds `''`, never NULL.
-    private func bindText(_ text: UnsafePointer<CChar>?, _ count: Int32, at index: Int32) -> DatabaseError? {
+    private func bindText(_ text: UnsafePointer<CChar>?, _ count: Int, at index: Int32) -> DatabaseError? {
         let result =
             if let text, count > 0 {
-                sqlite3_bind_text(statement, index, text, count, nil)
+                sqlite3_bind_text64(statement, index, text, sqlite3_uint64(count), nil, UInt8(SQLITE_UTF8))
             } else {
                 sqlite3_bind_text(statement, index, "", 0, snapshotdb_transient)
             }

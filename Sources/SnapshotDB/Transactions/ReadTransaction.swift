@@ -27,6 +27,7 @@ public class ReadTransaction {
                 .transactionEnded,
                 "a transaction of connection '\(core.name)' was used after its closure returned")
         }
+        if let error = core.transactionEndedBySQLite() { throw error }
     }
 
     /// Whether reads of `key` may be served from the connection's cache (overridden by

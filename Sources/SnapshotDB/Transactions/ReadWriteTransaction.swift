@@ -6,16 +6,55 @@ public import Foundation
 /// Keys and collection names are any strings (empty, NUL, SQL-looking); they are always bound
 /// as parameters. Valid only inside the closure that received it.
 public final class ReadWriteTransaction: ReadTransaction {
-    /// What the transaction changed so far; restored when a savepoint rolls back.
-    private(set) var changes = ChangesetBuilder()
-    /// One flag per open scope: the transaction itself, then each nested savepoint.
-    private var rollbackRequests = [false]
+    /// What every scope of one read-write transaction shares: the transaction itself and each
+    /// savepoint get their own `ReadWriteTransaction`, so that each can end with its closure,
+    /// but they change one set of values.
+    final class SharedState {
+        /// What the transaction changed so far; restored when a savepoint rolls back.
+        var changes = ChangesetBuilder()
+        /// The changeset's `info`; restored when a savepoint rolls back.
+        var info: [String: String] = [:]
+        /// One flag per open scope: the transaction itself, then each nested savepoint.
+        var rollbackRequests = [false]
+    }
+
+    private let shared: SharedState
+    /// This scope's index in `shared.rollbackRequests`: 0 for the transaction, then one more
+    /// per enclosing savepoint.
+    private let depth: Int
+
+    override init(core: ConnectionCore, commit: UInt64) {
+        shared = SharedState()
+        depth = 0
+        super.init(core: core, commit: commit)
+    }
+
+    /// A savepoint scope nested in whatever scope is innermost now.
+    private init(savepointIn transaction: ReadWriteTransaction) {
+        shared = transaction.shared
+        depth = transaction.shared.rollbackRequests.count
+        super.init(core: transaction.core, commit: transaction.commit)
+    }
+
+    var changes: ChangesetBuilder {
+        get { shared.changes }
+        set { shared.changes = newValue }
+    }
 
     /// Free-form information published with this transaction's ``Changeset`` (for example who
     /// or what made the change).
-    public var info: [String: String] = [:]
+    ///
+    /// Savepoints share their transaction's `info`; what a savepoint sets is undone when it
+    /// rolls back. Setting it after the closure returned does nothing.
+    public var info: [String: String] {
+        get { shared.info }
+        set {
+            guard isActive else { return }
+            shared.info = newValue
+        }
+    }
 
-    var isRollbackRequested: Bool { rollbackRequests[0] }
+    var isRollbackRequested: Bool { shared.rollbackRequests[0] }
 
     override func cacheIsValid(for key: CacheKey) -> Bool {
         // The cache holds values as of the commit this transaction started from; anything the
@@ -114,36 +153,52 @@ public final class ReadWriteTransaction: ReadTransaction {
     /// }
     /// ```
     ///
-    /// - Throws: what `body` throws (after rolling the savepoint back), or ``DatabaseError``.
+    /// `body` receives a transaction of its own, valid only until `body` returns, like the one
+    /// of ``Connection/readWrite(_:)``.
+    ///
+    /// - Throws: what `body` throws (after rolling the savepoint back), or ``DatabaseError``;
+    ///   `transactionEnded` when this transaction's closure already returned.
     public func savepoint<T>(_ body: (ReadWriteTransaction) throws -> T) throws -> T {
         try checkActive()
         let handle = try core.handle()
-        let name = "snapshotdb_savepoint_\(rollbackRequests.count)"
+        let scope = ReadWriteTransaction(savepointIn: self)
+        let name = "snapshotdb_savepoint_\(scope.depth)"
         try handle.execute("SAVEPOINT \(name)")
-        let saved = (changes, info)
-        rollbackRequests.append(false)
+        let saved = (shared.changes, shared.info)
+        shared.rollbackRequests.append(false)
         let result: T
         do {
-            result = try body(self)
+            result = try body(scope)
         } catch {
-            rollbackRequests.removeLast()
+            scope.end()
+            shared.rollbackRequests.removeLast()
             try? handle.execute("ROLLBACK TO \(name); RELEASE \(name)")
-            (changes, info) = saved
+            (shared.changes, shared.info) = saved
             throw error
         }
-        if rollbackRequests.removeLast() {
+        scope.end()
+        if let error = core.transactionEndedBySQLite() {
+            // `body` caught the error that ended the transaction: its savepoint is gone too.
+            shared.rollbackRequests.removeLast()
+            throw error
+        }
+        if shared.rollbackRequests.removeLast() {
             try handle.execute("ROLLBACK TO \(name); RELEASE \(name)")
-            (changes, info) = saved
+            (shared.changes, shared.info) = saved
         } else {
             try handle.execute("RELEASE \(name)")
         }
         return result
     }
 
-    /// Marks the innermost scope (this savepoint, or else the whole transaction) to be rolled
-    /// back, without error, when its closure returns. Does not throw; writes made after the
-    /// call are rolled back too.
+    /// Marks this scope (this savepoint's, or the whole transaction's) to be rolled back,
+    /// without error, when its closure returns. Does not throw; writes made after the call are
+    /// rolled back too.
+    ///
+    /// Called on the transaction from inside one of its savepoints, it rolls back the whole
+    /// transaction. Called after the closure returned, it does nothing.
     public func rollback() {
-        rollbackRequests[rollbackRequests.count - 1] = true
+        guard isActive else { return }
+        shared.rollbackRequests[depth] = true
     }
 }

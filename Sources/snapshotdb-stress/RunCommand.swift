@@ -1,0 +1,252 @@
+internal import ArgumentParser
+internal import Foundation
+internal import SnapshotDB
+
+/// The stress run: the workload, the laggard and the crash rounds at once, then the report.
+struct RunCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run", abstract: "Run the stress workload and report (the default).")
+
+    @Option(help: "How long the workload runs, in seconds.")
+    var duration = 60.0
+
+    @Option(help: "Writer connections making transfers.")
+    var writers = 3
+
+    @Option(help: "Bookmarked reader connections checking snapshots.")
+    var readers = 3
+
+    @Option(help: "Accounts in the bank.")
+    var accounts = 100
+
+    @Flag(help: "Print the report as JSON.")
+    var json = false
+
+    @Option(help: "Seed for the random choices (random by default; printed in the report).")
+    var seed: UInt64?
+
+    @Option(help: "Where to create the databases (a new temporary directory by default).")
+    var directory: String?
+
+    @Flag(help: "Keep the databases after a passing run (a failing run always keeps them).")
+    var keep = false
+
+    @Option(help: "The WAL size the run holds the database to: the checkpoint warning size.")
+    var walBoundBytes: Int64 = 4 << 20
+
+    @Flag(inversion: .prefixedNo, help: "Kill child processes at random moments and check their database.")
+    var crashRounds = true
+
+    @Flag(help: "Echo the checkpoint monitor's messages on standard error as they arrive.")
+    var verbose = false
+
+    func validate() throws {
+        guard duration >= 5 else { throw ValidationError("--duration must be at least 5 seconds") }
+        guard writers >= 1, readers >= 1 else {
+            throw ValidationError("--writers and --readers must be at least 1")
+        }
+        guard accounts >= 2 else { throw ValidationError("--accounts must be at least 2") }
+        guard walBoundBytes >= 64 << 10 else {
+            throw ValidationError("--wal-bound-bytes must be at least 64 KiB")
+        }
+    }
+
+    func run() throws {
+        let seed = self.seed ?? UInt64.random(in: 1...UInt64(UInt32.max))
+        let (directory, isTemporary) = try makeDirectory()
+        let violations = Violations()
+        let checker = IntegrityChecker.find()
+        violations.check(checker != nil, "neither sqlite3 nor python3 is available to run integrity_check")
+
+        let control = RunControl(duration: .seconds(duration))
+        let capture = WarningCapture(start: control.start, echo: verbose)
+        let path = directory + "/stress.sqlite"
+        let outcome = try runWorkload(
+            path: path, directory: directory, seed: seed, control: control, capture: capture,
+            checker: checker, violations: violations)
+
+        // The database is closed now; a foreign SQLite checks what it left behind.
+        if let checker, let problems = checker.problems(at: path) {
+            violations.record("integrity_check of the stress database failed: \(problems)")
+        }
+
+        let stats = outcome.stats
+        let report = StressReport(
+            seed: seed, directory: directory, durationSeconds: duration,
+            elapsedSeconds: outcome.elapsedSeconds,
+            writers: writers, readers: readers, accounts: accounts,
+            commits: stats.commits, commitsPerSecond: Double(stats.commits) / outcome.elapsedSeconds,
+            rolledBackTransactions: stats.rolledBack, failedSavepoints: stats.failedSavepoints,
+            commitLatency: .init(stats.commitLatency),
+            reads: stats.reads, readsPerSecond: Double(stats.reads) / outcome.elapsedSeconds,
+            advances: stats.advances, readLatency: .init(stats.readLatency),
+            changesReceived: outcome.changesReceived, peakWALBytes: outcome.peakWALBytes,
+            walBoundBytes: walBoundBytes, laggard: outcome.laggard, warnings: capture.warnings,
+            checkpointEvents: outcome.checkpointEvents,
+            crash: outcome.crash, integrityChecker: checker?.name ?? "none",
+            violationCount: violations.count, violations: violations.messages, passed: violations.count == 0)
+        print(json ? try report.json() : report.text)
+
+        if report.passed && !keep {
+            removeDatabases(in: directory, isTemporary: isTemporary)
+        } else if !json {
+            print("databases kept in \(directory)")
+        }
+        if !report.passed { throw ExitCode(1) }
+    }
+
+    private struct Outcome {
+        var stats: WorkloadStats
+        var elapsedSeconds: Double
+        var changesReceived: Int
+        var peakWALBytes: Int64
+        var laggard: LaggardReport
+        var checkpointEvents: [RecordedCheckpointEvent]
+        var crash: CrashReport
+    }
+
+    /// Runs every worker against a database that is closed again when this returns.
+    private func runWorkload(
+        path: String, directory: String, seed: UInt64, control: RunControl, capture: WarningCapture,
+        checker: IntegrityChecker?, violations: Violations
+    ) throws -> Outcome {
+        // Everything that can fail is done before the first worker starts.
+        let executable = try Self.executable()
+        var configuration = Configuration()
+        // Small checkpoint steps and a WAL bound a few seconds of writing passes, so that one
+        // short run shows the WAL growing behind the laggard and shrinking after it.
+        configuration.walWarningBytes = walBoundBytes
+        configuration.checkpointThresholdPages = Int(walBoundBytes / 4 / 4096)
+        configuration.journalSizeLimit = walBoundBytes / 4
+        configuration.warningInterval = .seconds(1)
+        configuration.checkpointLogger = capture.logger(label: "snapshotdb.checkpoint")
+        let database = try Database(path: path, configuration: configuration)
+        let bank = try Bank.open(database.newConnection(name: "setup"), accounts: accounts)
+        // The commit the workload starts from (the setup, or an earlier run's last commit).
+        let firstCommit = database.latestCommit
+        let changes = CommitStreamChecker(database: database, after: firstCommit, violations: violations)
+        let events = CheckpointEventRecorder(database: database, start: control.start)
+        defer { events.stop() }
+        let sampler = WALSampler(databasePath: database.path)
+        let stats = StatsCollector()
+        let laggardReport = ResultBox(LaggardReport())
+        let crashReport = ResultBox(CrashReport())
+
+        var threads = [WorkerThread(name: "wal-sampler") { sampler.run(control: control) }]
+        for index in 1...writers {
+            let connection = database.newConnection(name: "writer-\(index)")
+            let random = SplitMix64.forWorker(index, seed: seed)
+            threads.append(
+                WorkerThread(name: connection.name) {
+                    var writer = Writer(
+                        connection: connection, bank: bank, control: control, violations: violations,
+                        random: random)
+                    stats.add(writer.run())
+                })
+        }
+        for index in 1...readers {
+            let connection = database.newConnection(name: "reader-\(index)")
+            let random = SplitMix64.forWorker(1_000 + index, seed: seed)
+            threads.append(
+                WorkerThread(name: connection.name) {
+                    var reader = Reader(
+                        connection: connection, bank: bank, control: control, violations: violations,
+                        random: random)
+                    stats.add(reader.run())
+                })
+        }
+        let laggard = Laggard(
+            connection: database.newConnection(name: Laggard.name), bank: bank, control: control,
+            violations: violations, sampler: sampler, warnings: capture, events: events,
+            walBoundBytes: walBoundBytes)
+        threads.append(WorkerThread(name: Laggard.name) { laggardReport.value = laggard.run() })
+        if crashRounds {
+            let crashPath = directory + "/crash.sqlite"
+            let accounts = self.accounts
+            let random = SplitMix64.forWorker(2_000, seed: seed)
+            let verifierConfiguration = {
+                var configuration = Configuration()
+                configuration.checkpointLogger = capture.logger(label: "snapshotdb.checkpoint")
+                return configuration
+            }()
+            threads.append(
+                WorkerThread(name: "crash-rounds") {
+                    var rounds = CrashRounds(
+                        path: crashPath, executable: executable, accounts: accounts, control: control,
+                        violations: violations, checker: checker, configuration: verifierConfiguration,
+                        random: random)
+                    crashReport.value = rounds.run()
+                })
+        }
+        for thread in threads { thread.join() }
+        let elapsed = control.elapsedSeconds
+
+        let latest = database.latestCommit
+        let changesReceived = changes.finish(through: latest, timeout: .seconds(10))
+        let totals = stats.snapshot
+        checkCommitNumbers(totals.commitNumbers, after: firstCommit, through: latest, violations: violations)
+        let audit = try database.newConnection(name: "audit").read { try Bank.audit($0) }
+        for problem in audit { violations.record("final audit: \(problem)") }
+        if !crashRounds { crashReport.value.integrityChecker = "skipped (--no-crash-rounds)" }
+        return Outcome(
+            stats: totals, elapsedSeconds: elapsed, changesReceived: changesReceived,
+            peakWALBytes: sampler.peakBytes, laggard: laggardReport.value, checkpointEvents: events.all,
+            crash: crashReport.value)
+    }
+
+    /// Every commit of the workload was acknowledged to exactly one writer: no number twice,
+    /// none skipped.
+    private func checkCommitNumbers(
+        _ numbers: [UInt64], after first: UInt64, through latest: UInt64, violations: Violations
+    ) {
+        let sorted = numbers.sorted()
+        var duplicates: [UInt64] = []
+        for (previous, next) in zip(sorted, sorted.dropFirst()) where previous == next {
+            duplicates.append(next)
+        }
+        violations.check(
+            duplicates.isEmpty, "commit numbers acknowledged twice: \(BookmarkChecks.summary(duplicates))")
+        let expected = Array(first + 1..<latest + 1)
+        violations.check(
+            Array(Set(sorted)).sorted() == expected,
+            "writers were acknowledged \(Set(sorted).count) distinct commits, the database made "
+                + "\(expected.count) (\(first) -> \(latest))")
+    }
+
+    /// The directory for the databases, and whether the run created it as a temporary one.
+    private func makeDirectory() throws -> (path: String, isTemporary: Bool) {
+        if let directory {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            return (directory, false)
+        }
+        let base = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "snapshotdb-stress-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
+        return (base.path, true)
+    }
+
+    /// Removes a temporary directory, or only the run's own files from a directory given with
+    /// `--directory`.
+    private func removeDatabases(in directory: String, isTemporary: Bool) {
+        if isTemporary {
+            try? FileManager.default.removeItem(atPath: directory)
+            return
+        }
+        for name in ["stress.sqlite", "crash.sqlite"] {
+            for suffix in ["", "-wal", "-shm"] {
+                try? FileManager.default.removeItem(atPath: "\(directory)/\(name)\(suffix)")
+            }
+        }
+    }
+
+    /// This executable, to start crash children from.
+    private static func executable() throws -> URL {
+        if let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            return URL(fileURLWithPath: path)
+        }
+        guard let path = CommandLine.arguments.first, path.contains("/") else {
+            throw StressError("cannot tell where this executable is, to start crash children")
+        }
+        return URL(fileURLWithPath: path)
+    }
+}

@@ -1,0 +1,13 @@
+internal import Synchronization
+
+/// A value a worker thread hands back to the thread that joins it.
+final class ResultBox<Value: Sendable>: Sendable {
+    private let storage: Mutex<Value>
+
+    init(_ value: Value) { storage = Mutex(value) }
+
+    var value: Value {
+        get { storage.withLock { $0 } }
+        set { storage.withLock { $0 = newValue } }
+    }
+}

@@ -1,1 +1,0 @@
-print("snapshotdb-stress: not yet")

@@ -1,0 +1,130 @@
+import CSQLite
+import Foundation
+import SnapshotDB
+import Testing
+
+/// Values SnapshotDB cannot store: one its codec cannot encode, one larger than SQLite accepts.
+/// Each is refused with a typed error naming what was refused; the transaction commits nothing
+/// unless the caller catches the error and goes on, and then only what succeeded.
+@Suite("Values that cannot be stored")
+struct BadValueTests {
+    struct Measurement: Codable, Equatable {
+        var name: String
+        var value: Double
+    }
+
+    @Test func unencodableValueThrowsEncodingFailedAndTheTransactionCommitsNothing() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                try txn.set(1.5, forKey: "nan", inCollection: "numbers")
+                try txn.set(Item(title: "kept"), forKey: "kept", inCollection: "items")
+            }
+            var bodyFinished = false
+            let error = expectError(.encodingFailed) {
+                try writer.readWrite { txn in
+                    try txn.set(Item(title: "lost"), forKey: "lost", inCollection: "items")
+                    try txn.set(Double.nan, forKey: "nan", inCollection: "numbers")
+                    bodyFinished = true
+                }
+            }
+            #expect(!bodyFinished)
+            #expect(error?.collection == "numbers")
+            #expect(error?.key == "nan")
+            #expect(error?.typeName == "Double")
+            #expect(error?.message.contains("Double") == true, "\(String(describing: error))")
+            #expect(error?.message.contains("'nan'") == true)
+            #expect(error?.message.contains("'numbers'") == true)
+            #expect(db.latestCommit == 1)
+            try writer.read { txn throws in
+                #expect(try txn.value(forKey: "nan", inCollection: "numbers", as: Double.self) == 1.5)
+                #expect(try txn.keys(inCollection: "items") == ["kept"])
+            }
+            #expect(try isIntact(db.path))
+        }
+    }
+
+    @Test func callerThatCatchesTheEncodingErrorCommitsTheRest() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let reader = db.newConnection(name: "reader")
+            try writer.readWrite { try $0.set(1.5, forKey: "nan", inCollection: "numbers") }
+            try reader.beginLongLivedReadTransaction()
+            try writer.readWrite { txn in
+                try txn.set(Item(title: "before"), forKey: "before", inCollection: "items")
+                let error = expectError(.encodingFailed) {
+                    try txn.set(
+                        Measurement(name: "bad", value: .infinity), forKey: "nan", inCollection: "numbers")
+                }
+                #expect(error?.typeName == "Measurement")
+                // The refused value left the stored one in place.
+                #expect(try txn.value(forKey: "nan", inCollection: "numbers", as: Double.self) == 1.5)
+                try txn.set(Item(title: "after"), forKey: "after", inCollection: "items")
+            }
+            #expect(db.latestCommit == 2)
+            let changes = try reader.beginLongLivedReadTransaction()
+            #expect(changes.map(\.commit) == [2])
+            #expect(changes.first?.setKeys == ["items": ["before", "after"]])
+            #expect(!changes.hasChange(inCollection: "numbers"))
+            try reader.read { txn throws in
+                #expect(try txn.keys(inCollection: "items") == ["after", "before"])
+                #expect(try txn.value(forKey: "nan", inCollection: "numbers", as: Double.self) == 1.5)
+            }
+        }
+    }
+
+    /// SQLite's limit on a string or blob (`SQLITE_MAX_LENGTH`, 1,000,000,000 bytes in the
+    /// system library) is checked when the value is bound, before SQLite copies it, so the test
+    /// costs the memory of the test's own buffer only (`Data(count:)` is zero-filled lazily).
+    static let sqliteMaximumLength = 1_000_000_000
+
+    @Test(arguments: [sqliteMaximumLength + 1, Int(Int32.max) + 1, Int(UInt32.max) + 2])
+    func valueLargerThanSQLiteAcceptsThrowsValueTooLargeAndCommitsNothing(_ size: Int) throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(Item(title: "kept"), forKey: "kept", inCollection: "c") }
+            let huge = Data(count: size)
+            let error = expectError(.valueTooLarge) {
+                try writer.readWrite { txn in
+                    try txn.set(Item(title: "lost"), forKey: "lost", inCollection: "c")
+                    try txn.setData(huge, forKey: "huge", inCollection: "c")
+                }
+            }
+            #expect(error?.sqliteCode == SQLITE_TOOBIG)
+            #expect(error?.message.contains("too big") == true, "\(String(describing: error))")
+            #expect(db.latestCommit == 1)
+            // Caught inside the transaction, the rest commits.
+            try writer.readWrite { txn in
+                expectError(.valueTooLarge) { try txn.setData(huge, forKey: "huge", inCollection: "c") }
+                try txn.set(Item(title: "small"), forKey: "small", inCollection: "c")
+            }
+            #expect(db.latestCommit == 2)
+            #expect(try writer.read { try $0.keys(inCollection: "c") } == ["kept", "small"])
+            #expect(try isIntact(db.path))
+        }
+    }
+
+    @Test func keyLargerThanSQLiteAcceptsThrowsValueTooLarge() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(Item(title: "kept"), forKey: "kept", inCollection: "c") }
+            // Built from bytes: `String(repeating:count:)` takes most of a minute in a debug build.
+            let hugeKey = String(
+                decoding: Data(repeating: UInt8(ascii: "k"), count: Self.sqliteMaximumLength + 1),
+                as: UTF8.self)
+            expectError(.valueTooLarge) {
+                try writer.readWrite { try $0.set(Item(title: "lost"), forKey: hugeKey, inCollection: "c") }
+            }
+            expectError(.valueTooLarge) {
+                try writer.read { try $0.value(forKey: hugeKey, inCollection: "c", as: Item.self) }
+            }
+
+            expectError(.valueTooLarge) {
+                try writer.readWrite { try $0.set(Item(title: "lost"), forKey: "k", inCollection: hugeKey) }
+            }
+            #expect(db.latestCommit == 1)
+            #expect(try writer.read { try $0.keys(inCollection: "c") } == ["kept"])
+            #expect(try isIntact(db.path))
+        }
+    }
+}
