@@ -36,10 +36,9 @@ public final class ReadWriteTransaction: ReadTransaction {
         super.init(core: transaction.core, commit: transaction.commit)
     }
 
-    var changes: ChangesetBuilder {
-        get { shared.changes }
-        set { shared.changes = newValue }
-    }
+    /// What the transaction changed so far (read-only: writes mutate `shared.changes` in place,
+    /// since going through a setter copied the whole change log on every write).
+    var changes: ChangesetBuilder { shared.changes }
 
     /// Free-form information published with this transaction's ``Changeset`` (for example who
     /// or what made the change).
@@ -59,7 +58,7 @@ public final class ReadWriteTransaction: ReadTransaction {
     override func cacheIsValid(for key: CacheKey) -> Bool {
         // The cache holds values as of the commit this transaction started from; anything the
         // transaction touched must be read from SQLite, which sees the transaction's writes.
-        !changes.mayHaveChanged(key)
+        !shared.changes.mayHaveChanged(key)
     }
 
     // MARK: Writing values
@@ -100,7 +99,7 @@ public final class ReadWriteTransaction: ReadTransaction {
             statement throws(DatabaseError) in
             _ = try statement.step()
         }
-        changes.recordSet(key, in: collection)
+        shared.changes.recordSet(key, in: collection)
     }
 
     /// Removes the value under `key` in `collection`; removing an absent key changes nothing.
@@ -110,7 +109,7 @@ public final class ReadWriteTransaction: ReadTransaction {
         try handle.statement(.delete).withBindings(collection, key) { statement throws(DatabaseError) in
             _ = try statement.step()
         }
-        if handle.changes > 0 { changes.recordRemove(key, in: collection) }
+        if handle.changes > 0 { shared.changes.recordRemove(key, in: collection) }
     }
 
     /// Removes the values under `keys` in `collection`.
@@ -128,7 +127,7 @@ public final class ReadWriteTransaction: ReadTransaction {
         defer { statement.reset() }
         try statement.bind(collection, at: 1)
         _ = try statement.step()
-        if handle.changes > 0 { changes.recordClear(collection) }
+        if handle.changes > 0 { shared.changes.recordClear(collection) }
     }
 
     /// Removes every value of every collection.
@@ -136,7 +135,7 @@ public final class ReadWriteTransaction: ReadTransaction {
         try checkActive()
         let handle = try core.handle()
         try handle.statement(.deleteAll).execute()
-        if handle.changes > 0 { changes.recordClearAll() }
+        if handle.changes > 0 { shared.changes.recordClearAll() }
     }
 
     // MARK: Savepoints and rollback
