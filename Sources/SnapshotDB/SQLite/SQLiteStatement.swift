@@ -125,8 +125,10 @@ final class SQLiteStatement {
         return failure(result, "bind text")
     }
 
-    private func failure(_ result: Int32, _ what: String) -> DatabaseError? {
-        result == SQLITE_OK ? nil : handle.error(result, context: what)
+    /// The error for a failed bind; the context is only built for a failure (this runs for every
+    /// parameter of every point read and write).
+    private func failure(_ result: Int32, _ what: @autoclosure () -> String) -> DatabaseError? {
+        result == SQLITE_OK ? nil : handle.error(result, context: what())
     }
 
     /// Binds a 64-bit integer (`sqlite3_bind_int64`).
