@@ -15,10 +15,6 @@ final class ConnectionCore: @unchecked Sendable {
     private let defaultCodec = JSONValueCodec()
     /// The bookmarked commit while a long-lived read transaction is open.
     private(set) var bookmark: UInt64?
-    /// The commit counter as of a pager data version this connection saw with no unsealed
-    /// foreign write, so that a write transaction that finds the version unchanged (nobody, in
-    /// this process or another, committed since) need not read the metadata table again.
-    private var knownState: (dataVersion: UInt32, commit: UInt64)?
 
     init(database: Database, name: String, id: Int) {
         self.database = database
@@ -70,6 +66,34 @@ final class ConnectionCore: @unchecked Sendable {
         return (UInt64(max(0, statement.int64(at: 0))), statement.int64(at: 1))
     }
 
+    /// Fixes the snapshot of the read transaction just begun and returns its state.
+    ///
+    /// `before` is the WAL-index header read just before `BEGIN`. When the header is the same
+    /// once the snapshot is fixed, it is the snapshot's header (headers never repeat), and if a
+    /// transaction of this database already knows that header's commit counter, the metadata
+    /// table is not read at all. Otherwise the counter is read, and learnt for that header.
+    private func readSnapshotState(_ handle: SQLiteHandle, headerBefore before: WALIndexHeader?)
+        throws(DatabaseError) -> (commit: UInt64, unsealed: Int64)
+    {
+        if let before, let commit = database.knownCommit(at: before) {
+            let fix = try handle.statement(.fixSnapshot)
+            defer { fix.reset() }
+            _ = try fix.step()
+            guard handle.walIndexHeader() == before else { return try readState(handle) }
+            #if DEBUG
+                let read = try readState(handle)
+                assert(read.commit == commit && read.unsealed == 0, "wrong commit for a known header")
+            #endif
+            return (commit, 0)
+        }
+        let state = try readState(handle)
+        handle.lookUpWALIndex()
+        if state.unsealed == 0, let before, handle.walIndexHeader() == before {
+            database.learnCommit(state.commit, at: before)
+        }
+        return state
+    }
+
     /// Begins a deferred read transaction, fixes its snapshot and returns the commit it sees,
     /// with the cache moved to that commit.
     ///
@@ -89,10 +113,11 @@ final class ConnectionCore: @unchecked Sendable {
         let handle = try handle()
         var attempts = 0
         while true {
+            let before = handle.walIndexHeader()
             try handle.statement(.begin).execute()
             let state: (commit: UInt64, unsealed: Int64)
             do throws(DatabaseError) {
-                state = try readState(handle)
+                state = try readSnapshotState(handle, headerBefore: before)
             } catch {
                 endTransaction(handle)
                 throw error
@@ -128,19 +153,20 @@ final class ConnectionCore: @unchecked Sendable {
         while true {
             try handle.statement(.beginImmediate).execute()
             do throws(DatabaseError) {
-                // BEGIN IMMEDIATE has started the transaction's snapshot, so the data version is
-                // that snapshot's.
-                let version = handle.dataVersion
+                // BEGIN IMMEDIATE holds SQLite's WAL write lock: the WAL-index header cannot
+                // change before this transaction ends, and it is this transaction's snapshot.
+                handle.lookUpWALIndex()
+                let header = handle.walIndexHeader()
                 let state: (commit: UInt64, unsealed: Int64)
-                if let knownState, knownState.dataVersion == version {
-                    state = (knownState.commit, 0)
+                if let header, let commit = database.knownCommit(at: header) {
+                    state = (commit, 0)
                     #if DEBUG
                         let read = try readState(handle)
-                        assert(read.commit == state.commit && read.unsealed == 0, "stale commit counter")
+                        assert(read.commit == commit && read.unsealed == 0, "wrong commit for a known header")
                     #endif
                 } else {
                     state = try readState(handle)
-                    knownState = state.unsealed == 0 ? (version, state.commit) : nil
+                    if state.unsealed == 0, let header { database.learnCommit(state.commit, at: header) }
                 }
                 guard state.unsealed != 0 else {
                     moveCache(to: state.commit)
@@ -164,7 +190,6 @@ final class ConnectionCore: @unchecked Sendable {
                 database.observe(commit: sealed)
                 database.checkpointer.didCommit(sealed)
             } catch {
-                knownState = nil
                 endTransaction(handle)
                 throw error
             }
@@ -303,16 +328,20 @@ final class ConnectionCore: @unchecked Sendable {
         // monitor must never see a writer's start commit as lagging behind its own commit. A
         // writer's snapshot is the newest by construction (`BEGIN IMMEDIATE`); it pins nothing.
         recordSnapshot(nil)
+        // The header cannot change before COMMIT (this transaction holds the WAL write lock).
+        let before = handle.walIndexHeader()
         do throws(DatabaseError) {
             try handle.statement(.commit).execute()
         } catch {
-            knownState = nil
             database.discardPending(commit)
             throw error
         }
-        // This handle's own commit changed the data version; nobody else can have committed
-        // since (the version moves on others' commits only when this handle starts a transaction).
-        knownState = (handle.dataVersion, commit)
+        // SQLite adds one to the header's change counter per commit: one more than before, the
+        // header is this commit's (perhaps with the WAL reset since, which changes no content);
+        // more, another client committed too, and the next transaction reads the counter.
+        if let before, let after = handle.walIndexHeader(), after.change == before.change &+ 1 {
+            database.learnCommit(commit, at: after)
+        }
         database.updateConnection(id) { $0.lastSnapshot = commit }
         database.observe(commit: commit)
         database.checkpointer.didCommit(commit)

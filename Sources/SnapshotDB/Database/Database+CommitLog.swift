@@ -47,6 +47,27 @@ enum ChangeSubscriber: Sendable {
 }
 
 extension Database {
+    /// The commit counter of the snapshot that `header` identifies, when a transaction of this
+    /// database read it (with no unsealed foreign write) or committed it.
+    ///
+    /// A transaction whose snapshot has this header can skip reading `snapshotdb_meta`. That
+    /// read is the largest cost of starting a transaction after another connection committed:
+    /// the metadata page is rewritten by every commit, and SQLite's WAL-index lookup of a page
+    /// walks every frame of it in the WAL, so without this the cost grows with the WAL.
+    func knownCommit(at header: WALIndexHeader) -> UInt64? {
+        knownSnapshot.withLock { known in
+            guard let known, known.header == header else { return nil }
+            return known.commit
+        }
+    }
+
+    /// Records that the snapshot `header` identifies has commit counter `commit` and no
+    /// unsealed foreign write. The newest record wins; an older one only costs a later reader
+    /// one read of the counter.
+    func learnCommit(_ commit: UInt64, at header: WALIndexHeader) {
+        knownSnapshot.withLock { $0 = (header, commit) }
+    }
+
     /// Records a local commit about to be made, so that a reader who sees its counter before the
     /// writer publishes it still gets the exact changeset.
     func registerPending(_ changeset: Changeset) {

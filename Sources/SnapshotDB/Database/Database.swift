@@ -35,6 +35,9 @@ public final class Database: Sendable {
     let writerLock = WriterLock()
     let state: Mutex<DatabaseState>
     let checkpointer: Checkpointer
+    /// The last WAL-index header whose commit counter a transaction read or a writer made, with
+    /// that counter: see ``knownCommit(at:)``.
+    let knownSnapshot = Mutex<(header: WALIndexHeader, commit: UInt64)?>(nil)
 
     /// Opens or creates the database at `path` with the default configuration.
     ///

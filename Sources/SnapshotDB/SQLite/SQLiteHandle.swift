@@ -17,6 +17,10 @@ final class SQLiteHandle {
     /// The last error a call on this handle reported: the cause to name when SQLite turns out
     /// to have rolled back a transaction on its own after an error.
     private(set) var lastError: DatabaseError?
+    /// SQLite's own mapping of the WAL index (see ``walIndexHeader()``), looked up once, inside
+    /// a transaction; `nil` until then, and for read-only handles.
+    private var walIndex: UnsafeRawPointer?
+    private var walIndexLookedUp: Bool
 
     /// Opens `path` (`sqlite3_open_v2`) read-write without creating it: SnapshotDB creates new
     /// files itself so that it controls their mode.
@@ -34,6 +38,7 @@ final class SQLiteHandle {
         }
         self.pointer = handle
         self.path = path
+        walIndexLookedUp = readOnly
         statements = .allocate(capacity: SQL.allCases.count)
         statements.initialize(repeating: nil)
         sqlite3_extended_result_codes(handle, 1)
@@ -82,13 +87,26 @@ final class SQLiteHandle {
         return statement
     }
 
-    /// The pager's data version (`SQLITE_FCNTL_DATA_VERSION`): it changes whenever the content
-    /// of the database changes, by a commit on this handle or by one of any other connection (in
-    /// this process or another, seen when this handle next starts a transaction).
-    var dataVersion: UInt32 {
-        var version: UInt32 = 0
-        _ = sqlite3_file_control(pointer, "main", SQLITE_FCNTL_DATA_VERSION, &version)
-        return version
+    /// The WAL-index header as it is now, or `nil` when it cannot be read consistently (a writer
+    /// is updating it) or the handle has not yet found SQLite's mapping of it.
+    ///
+    /// Call ``lookUpWALIndex()`` once inside a transaction first. The pointer is SQLite's own
+    /// mapping of the `-shm` file for this handle, which stays mapped while the handle is open
+    /// in WAL mode (SnapshotDB handles never leave it, and while they are open no other client
+    /// can take the exclusive lock that leaving WAL mode needs).
+    func walIndexHeader() -> WALIndexHeader? {
+        guard let walIndex else { return nil }
+        var header = snapshotdb_wal_index_header()
+        guard snapshotdb_read_wal_index_header(walIndex, &header) != 0 else { return nil }
+        return WALIndexHeader(raw: header)
+    }
+
+    /// Finds SQLite's mapping of the WAL index; call inside a transaction, when SQLite has
+    /// mapped it. Does nothing after the first call.
+    func lookUpWALIndex() {
+        guard !walIndexLookedUp else { return }
+        walIndexLookedUp = true
+        walIndex = snapshotdb_wal_index(pointer).map { UnsafeRawPointer($0) }
     }
 
     /// Whether the handle is outside any transaction (`sqlite3_get_autocommit`).
@@ -117,12 +135,29 @@ final class SQLiteHandle {
     }
 }
 
+/// A copy of the WAL-index header: it identifies the commit of the WAL a read transaction
+/// sees. Headers never repeat: every commit increments the change counter, and every WAL
+/// reset draws new salts.
+struct WALIndexHeader: Equatable, Sendable {
+    fileprivate var raw: snapshotdb_wal_index_header
+
+    /// SQLite's change counter: one more on every commit, unchanged by anything else.
+    var change: UInt32 { withUnsafePointer(to: raw) { snapshotdb_wal_index_change($0) } }
+
+    static func == (lhs: Self, rhs: Self) -> Bool {
+        withUnsafePointer(to: lhs.raw) { left in
+            withUnsafePointer(to: rhs.raw) { right in snapshotdb_wal_index_headers_equal(left, right) != 0 }
+        }
+    }
+}
+
 /// The SQL that SnapshotDB runs on hot paths, prepared once per connection.
 ///
 /// Table and column names are fixed here; keys, collections and values are always bound as
 /// parameters, never spliced into SQL text.
 enum SQL: Int, CaseIterable {
     case readState
+    case fixSnapshot
     case writeCommit
     case sealExternal
     case getData
@@ -152,6 +187,10 @@ enum SQL: Int, CaseIterable {
                        (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external')
                      - (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external_sealed')
                 """
+        case .fixSnapshot:
+            // Reads one field of page 1, which every transaction reads anyway: the cheapest
+            // statement that starts the read transaction and so fixes its snapshot.
+            return "PRAGMA schema_version"
         case .writeCommit: return "UPDATE snapshotdb_meta SET value = ?1 WHERE name = 'commit'"
         case .sealExternal:
             return """
