@@ -421,9 +421,6 @@ final class ConnectionCore: @unchecked Sendable {
     // MARK: Value access for transactions
 
     func fetchData(_ key: CacheKey) throws(DatabaseError) -> Data? {
-        try handle().statement(.getData).withBindings(key.collection, key.key) {
-            statement throws(DatabaseError) in
-            try statement.step() ? statement.data(at: 0) : nil
-        }
+        try handle().statement(.getData).fetchBlob(key.collection, key.key)
     }
 }

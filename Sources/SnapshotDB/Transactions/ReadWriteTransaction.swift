@@ -95,10 +95,7 @@ public final class ReadWriteTransaction: ReadTransaction {
     private func storeData(_ data: Data, forKey key: String, inCollection collection: String)
         throws(DatabaseError)
     {
-        try core.handle().statement(.upsert).withBindings(collection, key, data) {
-            statement throws(DatabaseError) in
-            _ = try statement.step()
-        }
+        try core.handle().statement(.upsert).run(collection, key, data)
         shared.changes.recordSet(key, in: collection)
     }
 
