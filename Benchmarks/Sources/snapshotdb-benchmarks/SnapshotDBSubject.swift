@@ -6,9 +6,11 @@ import SnapshotDB
 /// for rows a–f, no automatic checkpoints: see ``CheckpointPolicy/never``).
 ///
 /// Per operation it does what its documentation promises: a write transaction takes the
-/// writer lock, runs `BEGIN IMMEDIATE`, reads the commit counter, upserts, bumps the counter
-/// (one more row updated) and commits; a read transaction runs `BEGIN`, reads the commit
-/// counter, reads through the connection's value cache, and ends with `ROLLBACK`.
+/// writer lock, runs `BEGIN IMMEDIATE`, finds the commit counter (from the WAL-index header
+/// when the database knows it, else from `snapshotdb_meta`), upserts, bumps the counter (one
+/// more row updated) and commits; a read transaction runs `BEGIN`, fixes its snapshot and
+/// finds its commit the same way, reads through the connection's value cache, and ends with
+/// `ROLLBACK`.
 final class SnapshotDBSubject: Subject {
     static let engineName = "SnapshotDB"
 
