@@ -1,4 +1,5 @@
 public import Foundation
+internal import Synchronization
 
 /// What one commit changed: an immutable value delivered to bookmarked connections and
 /// `Database.changes()` subscribers.
@@ -11,11 +12,11 @@ public struct Changeset: Sendable, Hashable {
     /// The commit number this changeset produced.
     public let commit: UInt64
     /// Keys written (inserted or replaced) per collection.
-    public let setKeys: [String: Set<String>]
+    public var setKeys: [String: Set<String>] { keys.sets.setKeys }
     /// Keys removed per collection.
-    public let removedKeys: [String: Set<String>]
+    public var removedKeys: [String: Set<String>] { keys.sets.removedKeys }
     /// Collections emptied by `removeAll(inCollection:)`.
-    public let clearedCollections: Set<String>
+    public var clearedCollections: Set<String> { keys.sets.clearedCollections }
     /// Whether `removeAllCollections()` ran in this commit.
     public let clearedAllCollections: Bool
     /// The name of the connection that wrote the commit; `nil` for an external commit.
@@ -27,6 +28,9 @@ public struct Changeset: Sendable, Hashable {
     /// Whether the commit came from outside this `Database`; then the key sets are empty and
     /// every `hasChange` answers `true`.
     public let isExternal: Bool
+    /// The key sets, shared by every copy of the changeset and built from the transaction's
+    /// log the first time anything asks (see ``ChangedKeys``).
+    private let keys: ChangedKeys
 
     /// Creates a changeset; SnapshotDB creates these, tests and previews may too.
     public init(
@@ -35,10 +39,20 @@ public struct Changeset: Sendable, Hashable {
         connectionName: String? = nil, date: Date = Date(), info: [String: String] = [:],
         isExternal: Bool = false
     ) {
+        self.init(
+            commit: commit,
+            keys: ChangedKeys(
+                KeySets(setKeys: setKeys, removedKeys: removedKeys, clearedCollections: clearedCollections)),
+            clearedAllCollections: clearedAllCollections, connectionName: connectionName, date: date,
+            info: info, isExternal: isExternal)
+    }
+
+    init(
+        commit: UInt64, keys: ChangedKeys, clearedAllCollections: Bool, connectionName: String?, date: Date,
+        info: [String: String], isExternal: Bool
+    ) {
         self.commit = commit
-        self.setKeys = setKeys
-        self.removedKeys = removedKeys
-        self.clearedCollections = clearedCollections
+        self.keys = keys
         self.clearedAllCollections = clearedAllCollections
         self.connectionName = connectionName
         self.date = date
@@ -46,32 +60,101 @@ public struct Changeset: Sendable, Hashable {
         self.isExternal = isExternal
     }
 
+    /// Whether two changesets are equal in every property, key sets included.
+    public static func == (lhs: Changeset, rhs: Changeset) -> Bool {
+        lhs.commit == rhs.commit && lhs.clearedAllCollections == rhs.clearedAllCollections
+            && lhs.connectionName == rhs.connectionName && lhs.date == rhs.date && lhs.info == rhs.info
+            && lhs.isExternal == rhs.isExternal && lhs.keys.sets == rhs.keys.sets
+    }
+
+    /// Hashes every property, key sets included.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(commit)
+        hasher.combine(clearedAllCollections)
+        hasher.combine(connectionName)
+        hasher.combine(date)
+        hasher.combine(info)
+        hasher.combine(isExternal)
+        hasher.combine(keys.sets)
+    }
+
     /// Whether this commit may have changed the value of `key` in `collection`.
     ///
     /// True when the key was set or removed, its collection (or every collection) was cleared,
     /// or the commit is external.
     public func hasChange(forKey key: String, inCollection collection: String) -> Bool {
-        isExternal || clearedAllCollections || clearedCollections.contains(collection)
-            || setKeys[collection]?.contains(key) == true
-            || removedKeys[collection]?.contains(key) == true
+        if isExternal || clearedAllCollections { return true }
+        return keys.sets.contains(key, inCollection: collection)
     }
 
     /// Whether this commit may have changed anything in `collection`.
     public func hasChange(inCollection collection: String) -> Bool {
-        isExternal || clearedAllCollections || clearedCollections.contains(collection)
-            || setKeys[collection] != nil || removedKeys[collection] != nil
+        if isExternal || clearedAllCollections { return true }
+        let sets = keys.sets
+        return sets.clearedCollections.contains(collection) || sets.setKeys[collection] != nil
+            || sets.removedKeys[collection] != nil
     }
 
     /// Every collection this commit touched by name (empty for external or clear-all commits,
     /// which touch every collection).
     public var changedCollections: Set<String> {
-        clearedCollections.union(setKeys.keys).union(removedKeys.keys)
+        let sets = keys.sets
+        return sets.clearedCollections.union(sets.setKeys.keys).union(sets.removedKeys.keys)
     }
 
     /// Whether the changeset says nothing changed (never true for a published changeset).
     var isEmpty: Bool {
-        !isExternal && !clearedAllCollections && clearedCollections.isEmpty && setKeys.isEmpty
-            && removedKeys.isEmpty
+        guard !isExternal && !clearedAllCollections else { return false }
+        let sets = keys.sets
+        return sets.clearedCollections.isEmpty && sets.setKeys.isEmpty && sets.removedKeys.isEmpty
+    }
+
+    /// The key sets at once, for callers that ask many questions of one changeset.
+    var keySets: KeySets { keys.sets }
+}
+
+/// The keys and collections a changeset names.
+struct KeySets: Sendable, Hashable {
+    var setKeys: [String: Set<String>] = [:]
+    var removedKeys: [String: Set<String>] = [:]
+    var clearedCollections: Set<String> = []
+
+    func contains(_ key: String, inCollection collection: String) -> Bool {
+        clearedCollections.contains(collection) || setKeys[collection]?.contains(key) == true
+            || removedKeys[collection]?.contains(key) == true
+    }
+}
+
+/// A changeset's key sets, folded from the writing transaction's log of operations the first
+/// time anything asks, then kept; shared by every copy of the changeset.
+///
+/// Folding hashes every key into a set: for a transaction that writes 100,000 rows, about a
+/// twentieth of the whole transaction. Done at commit, it delayed every bulk write even when
+/// nothing would ever ask (the writer's cache empty, no bookmark or subscriber); done here,
+/// the first reader that moves past the commit, or the first subscriber that looks, pays it
+/// once for everyone.
+final class ChangedKeys: Sendable {
+    private enum Storage: Sendable {
+        case log([ChangesetBuilder.Operation])
+        case folded(KeySets)
+    }
+
+    private let storage: Mutex<Storage>
+
+    init(_ sets: KeySets) { storage = Mutex(.folded(sets)) }
+
+    init(log: [ChangesetBuilder.Operation]) { storage = Mutex(.log(log)) }
+
+    var sets: KeySets {
+        storage.withLock { storage in
+            switch storage {
+            case .folded(let sets): return sets
+            case .log(let operations):
+                let sets = ChangesetBuilder.fold(operations)
+                storage = .folded(sets)
+                return sets
+            }
+        }
     }
 }
 
@@ -95,19 +178,19 @@ extension Sequence<Changeset> {
 /// Accumulates what a read-write transaction changes; a value type so a savepoint can restore
 /// it by assignment.
 ///
-/// Writes are appended to a log and folded into the changeset's key sets once, at commit, into
-/// sets sized in advance: a transaction that writes 100,000 rows then costs an append per row
+/// Writes are appended to a log, which the changeset keeps and folds into its key sets once,
+/// on first use (``ChangedKeys``), into sets sized in advance: a transaction that writes 100,000 rows then costs an append per row
 /// instead of a hashed insert into a set that keeps growing (which cost a third of a bulk
 /// insert's time). The index that tells which keys the transaction touched, for reads inside
 /// it, is built from the log only when a read asks, and kept up to date from then on.
 struct ChangesetBuilder {
-    private enum Kind {
+    enum Kind: Sendable {
         case set
         case remove
         case clear
     }
 
-    private struct Operation {
+    struct Operation: Sendable {
         let kind: Kind
         let collection: String
         /// Empty for `clear`.
@@ -157,15 +240,19 @@ struct ChangesetBuilder {
         return clearedCollections.contains(key.collection) || touchedKeys.contains(key)
     }
 
-    /// Folds the log into a changeset: the last operation on a key wins, and a cleared
-    /// collection forgets the keys written before the clear.
+    /// The changeset of this transaction; its key sets are folded from the log on first use.
     func build(commit: UInt64, connectionName: String, info: [String: String]) -> Changeset {
+        Changeset(
+            commit: commit, keys: ChangedKeys(log: operations), clearedAllCollections: clearedAllCollections,
+            connectionName: connectionName, date: Date(), info: info, isExternal: false)
+    }
+
+    /// Folds a log into key sets: the last operation on a key wins, and a cleared collection
+    /// forgets the keys written before the clear.
+    static func fold(_ operations: [Operation]) -> KeySets {
         if operations.count == 1, operations[0].kind == .set {
             // The most common transaction: one value set.
-            return Changeset(
-                commit: commit, setKeys: [operations[0].collection: [operations[0].key]],
-                clearedAllCollections: clearedAllCollections, connectionName: connectionName, date: Date(),
-                info: info)
+            return KeySets(setKeys: [operations[0].collection: [operations[0].key]])
         }
         var setKeys: [String: Set<String>] = [:]
         var removedKeys: [String: Set<String>] = [:]
@@ -199,9 +286,6 @@ struct ChangesetBuilder {
             if let removed { removedKeys[collection] = removed }
             start = end
         }
-        return Changeset(
-            commit: commit, setKeys: setKeys, removedKeys: removedKeys,
-            clearedCollections: clearedCollections, clearedAllCollections: clearedAllCollections,
-            connectionName: connectionName, date: Date(), info: info)
+        return KeySets(setKeys: setKeys, removedKeys: removedKeys, clearedCollections: clearedCollections)
     }
 }

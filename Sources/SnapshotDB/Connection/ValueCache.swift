@@ -175,22 +175,21 @@ final class ValueCache {
             return
         }
         guard count > 0 else { return }
-        for collection in changeset.clearedCollections { removeCollection(collection) }
+        let sets = changeset.keySets
+        for collection in sets.clearedCollections { removeCollection(collection) }
         var changedKeys = 0
-        for keys in changeset.setKeys.values { changedKeys += keys.count }
-        for keys in changeset.removedKeys.values { changedKeys += keys.count }
+        for keys in sets.setKeys.values { changedKeys += keys.count }
+        for keys in sets.removedKeys.values { changedKeys += keys.count }
         if changedKeys > count {
-            let isUnchanged = { (key: CacheKey) in
-                !changeset.hasChange(forKey: key.key, inCollection: key.collection)
-            }
+            let isUnchanged = { (key: CacheKey) in !sets.contains(key.key, inCollection: key.collection) }
             generations.pointee.young = generations.pointee.young.filter { isUnchanged($0.key) }
             generations.pointee.old = generations.pointee.old.filter { isUnchanged($0.key) }
             return
         }
-        for (collection, keys) in changeset.setKeys {
+        for (collection, keys) in sets.setKeys {
             for key in keys { remove(CacheKey(collection: collection, key: key)) }
         }
-        for (collection, keys) in changeset.removedKeys {
+        for (collection, keys) in sets.removedKeys {
             for key in keys { remove(CacheKey(collection: collection, key: key)) }
         }
     }
