@@ -77,8 +77,12 @@ public struct Configuration: Sendable {
     /// they are released. `nil` (the default) never refuses a write.
     public var walHardLimitBytes: Int64? = nil
 
-    /// The size SQLite truncates a reset WAL to (`PRAGMA journal_size_limit`).
-    public var journalSizeLimit: Int64 = 4 << 20
+    /// The size SQLite trims a reset WAL file to (`PRAGMA journal_size_limit`), 8 MiB by
+    /// default: twice the WAL at the default checkpoint threshold, so that steady writing
+    /// reuses the file without resizing it (a commit that grows the file costs its `fdatasync`
+    /// a metadata write). A file that grew past twice this limit while a snapshot pinned it is
+    /// truncated to nothing at the next reset.
+    public var journalSizeLimit: Int64 = 8 << 20
 
     /// The logger for checkpoint warnings; label `snapshotdb.checkpoint` by default.
     public var checkpointLogger = Logger(label: "snapshotdb.checkpoint")
