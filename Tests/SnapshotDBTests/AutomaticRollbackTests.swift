@@ -2,10 +2,6 @@ import Foundation
 import SnapshotDB
 import Testing
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 /// Some errors make SQLite roll back the whole transaction on its own (an I/O error or a full
 /// disk while the page cache spills to the WAL, out of memory). A caller that catches such an
 /// error inside `readWrite` and goes on must not end up writing outside any transaction: every
@@ -26,26 +22,10 @@ struct AutomaticRollbackTests {
                     try $0.set(Item(title: "kept"), forKey: "kept", inCollection: "c")
                 }
             }
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-            process.arguments = [
-                "--testing-library", "swift-testing", "--filter", "childCatchingDiskFullAndGoingOn",
-            ]
-            process.environment = ProcessInfo.processInfo.environment.merging([Self.childDatabaseKey: path]) {
-                $1
-            }
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            let results = Dictionary(
-                text.split(separator: "\n").compactMap { line -> (String, String)? in
-                    let parts = line.split(separator: " ", maxSplits: 2).map(String.init)
-                    return parts.count == 3 && parts[0] == "RESULT" ? (parts[1], parts[2]) : nil
-                }, uniquingKeysWith: { $1 })
-            #expect(results["huge"] == "diskFull", "child said: \(text)")
+            let child = try runChildTest(
+                "childCatchingDiskFullAndGoingOn", environmentKey: Self.childDatabaseKey, path: path)
+            let results = child.results
+            #expect(results["huge"] == "diskFull", "child said: \(child.output)")
             #expect(results["small-after"] == "diskFull")
             #expect(results["read-after"] == "diskFull")
             #expect(results["savepoint-after"] == "diskFull")
@@ -53,7 +33,7 @@ struct AutomaticRollbackTests {
             #expect(results["commit-after-failure"] == "1")
             #expect(results["keys-after-failure"] == "kept")
             #expect(results["after-space-returned"] == "committed 2")
-            #expect(process.terminationStatus == 0)
+            #expect(child.terminationStatus == 0)
 
             // Nothing of the failed transaction reached the file, not even what ran after the
             // automatic rollback.
@@ -66,10 +46,8 @@ struct AutomaticRollbackTests {
     @Test(.enabled(if: ProcessInfo.processInfo.environment[childDatabaseKey] != nil))
     func childCatchingDiskFullAndGoingOn() throws {
         let path = try #require(ProcessInfo.processInfo.environment[Self.childDatabaseKey])
-        signal(SIGXFSZ, SIG_IGN)
         let db = try Database(path: path)
         let writer = db.newConnection()
-        func report(_ name: String, _ value: String) { print("RESULT \(name) \(value)") }
         func code(_ body: () throws -> Void) -> String {
             do {
                 try body()
@@ -81,44 +59,39 @@ struct AutomaticRollbackTests {
             }
         }
 
-        var limit = rlimit()
-        getrlimit(fileSizeResource, &limit)
-        let original = limit
-        let fileSize =
-            (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.intValue ?? 0
-        limit.rlim_cur = rlim_t(fileSize + 64 * 1024)
-        setrlimit(fileSizeResource, &limit)
-        report(
-            "transaction",
-            code {
-                try writer.readWrite { txn in
-                    try txn.set(Item(title: "small"), forKey: "small before", inCollection: "c")
-                    report(
-                        "huge",
-                        code {
-                            // Spills the page cache to the WAL, past the file size limit.
-                            try txn.setData(
-                                Data(repeating: 7, count: 4 << 20), forKey: "huge", inCollection: "big")
-                        })
-                    report(
-                        "small-after",
-                        code { try txn.set(Item(title: "small"), forKey: "small after", inCollection: "c") })
-                    report("read-after", code { _ = try txn.keys(inCollection: "c") })
-                    report(
-                        "savepoint-after",
-                        code {
-                            try txn.savepoint {
-                                try $0.set(Item(title: "small"), forKey: "savepoint", inCollection: "c")
-                            }
-                        })
-                }
-            })
-        limit = original
-        setrlimit(fileSizeResource, &limit)
-        report("commit-after-failure", "\(db.latestCommit)")
-        report(
+        withFileSizeLimit(above: path) {
+            reportResult(
+                "transaction",
+                code {
+                    try writer.readWrite { txn in
+                        try txn.set(Item(title: "small"), forKey: "small before", inCollection: "c")
+                        reportResult(
+                            "huge",
+                            code {
+                                // Spills the page cache to the WAL, past the file size limit.
+                                try txn.setData(
+                                    Data(repeating: 7, count: 4 << 20), forKey: "huge", inCollection: "big")
+                            })
+                        reportResult(
+                            "small-after",
+                            code {
+                                try txn.set(Item(title: "small"), forKey: "small after", inCollection: "c")
+                            })
+                        reportResult("read-after", code { _ = try txn.keys(inCollection: "c") })
+                        reportResult(
+                            "savepoint-after",
+                            code {
+                                try txn.savepoint {
+                                    try $0.set(Item(title: "small"), forKey: "savepoint", inCollection: "c")
+                                }
+                            })
+                    }
+                })
+        }
+        reportResult("commit-after-failure", "\(db.latestCommit)")
+        reportResult(
             "keys-after-failure", (try writer.read { try $0.keys(inCollection: "c") }).joined(separator: ","))
         try writer.readWrite { try $0.set(Item(title: "after"), forKey: "after", inCollection: "c") }
-        report("after-space-returned", "committed \(db.latestCommit)")
+        reportResult("after-space-returned", "committed \(db.latestCommit)")
     }
 }

@@ -2,10 +2,6 @@ import Foundation
 import SnapshotDB
 import Testing
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 /// A full disk, made real by a file size limit (`RLIMIT_FSIZE`) on a child process: SQLite's
 /// writes past the limit fail exactly as they do on a full file system.
 ///
@@ -27,28 +23,14 @@ struct DiskFullTests {
                     }
                 }
             }
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-            process.arguments = ["--testing-library", "swift-testing", "--filter", "childUnderFileSizeLimit"]
-            process.environment = ProcessInfo.processInfo.environment.merging([Self.childDatabaseKey: path]) {
-                $1
-            }
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            let results = Dictionary(
-                text.split(separator: "\n").compactMap { line -> (String, String)? in
-                    let parts = line.split(separator: " ", maxSplits: 2).map(String.init)
-                    return parts.count == 3 && parts[0] == "RESULT" ? (parts[1], parts[2]) : nil
-                }, uniquingKeysWith: { $1 })
-            #expect(results["failed-with"] == "diskFull", "child said: \(text)")
+            let child = try runChildTest(
+                "childUnderFileSizeLimit", environmentKey: Self.childDatabaseKey, path: path)
+            let results = child.results
+            #expect(results["failed-with"] == "diskFull", "child said: \(child.output)")
             #expect(results["commit-after-failure"] == "5")
             #expect(results["values-after-failure"] == "5")
             #expect(results["after-space-returned"] == "committed 6")
-            #expect(process.terminationStatus == 0)
+            #expect(child.terminationStatus == 0)
 
             // Reopened by this process: intact, with every commit and none of the failed one.
             let db = try Database(path: path)
@@ -65,39 +47,21 @@ struct DiskFullTests {
     @Test(.enabled(if: ProcessInfo.processInfo.environment[childDatabaseKey] != nil))
     func childUnderFileSizeLimit() throws {
         let path = try #require(ProcessInfo.processInfo.environment[Self.childDatabaseKey])
-        signal(SIGXFSZ, SIG_IGN)
         let db = try Database(path: path)
         let writer = db.newConnection()
-        func report(_ name: String, _ value: String) { print("RESULT \(name) \(value)") }
-
-        var limit = rlimit()
-        getrlimit(fileSizeResource, &limit)
-        let original = limit
-        let fileSize =
-            (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.intValue ?? 0
-        limit.rlim_cur = rlim_t(fileSize + 64 * 1024)
-        setrlimit(fileSizeResource, &limit)
-        do {
-            try writer.readWrite { txn in
-                try txn.setData(Data(repeating: 7, count: 4 << 20), forKey: "huge", inCollection: "big")
+        withFileSizeLimit(above: path) {
+            do {
+                try writer.readWrite { txn in
+                    try txn.setData(Data(repeating: 7, count: 4 << 20), forKey: "huge", inCollection: "big")
+                }
+                reportResult("failed-with", "nothing")
+            } catch {
+                reportResult("failed-with", (error as? DatabaseError)?.code.name ?? "\(error)")
             }
-            report("failed-with", "nothing")
-        } catch let error as DatabaseError {
-            report("failed-with", error.code.name)
         }
-        report("commit-after-failure", "\(db.latestCommit)")
-        report("values-after-failure", "\(try writer.read { try $0.count(inCollection: "c") })")
-
-        limit = original
-        setrlimit(fileSizeResource, &limit)
+        reportResult("commit-after-failure", "\(db.latestCommit)")
+        reportResult("values-after-failure", "\(try writer.read { try $0.count(inCollection: "c") })")
         try writer.readWrite { try $0.set("back", forKey: "after", inCollection: "small") }
-        report("after-space-returned", "committed \(db.latestCommit)")
+        reportResult("after-space-returned", "committed \(db.latestCommit)")
     }
 }
-
-/// `RLIMIT_FSIZE` as the type `getrlimit` takes on this platform.
-#if canImport(Glibc)
-    let fileSizeResource = __rlimit_resource_t(RLIMIT_FSIZE.rawValue)
-#else
-    let fileSizeResource = RLIMIT_FSIZE
-#endif
