@@ -43,4 +43,46 @@ struct CommitCounterTests {
             }
         }
     }
+
+    /// Readers take a snapshot's commit from the WAL-index header when the database knows it:
+    /// neither a foreign commit nor a WAL reset (which changes the header but not the data)
+    /// may be answered from an older header, and a reset must not look like a commit.
+    @Test func readersFindTheirCommitAcrossForeignWritesAndWALResets() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let reader = db.newConnection(name: "reader")
+            try writer.readWrite { try $0.setData(Data([1]), forKey: "a", inCollection: "c") }
+            // Twice: the second read starts from a header the first one (or the writer) learnt.
+            for _ in 0..<2 {
+                try reader.read { txn throws in
+                    #expect(txn.commit == 1)
+                    #expect(try txn.data(forKey: "a", inCollection: "c") == Data([1]))
+                }
+            }
+
+            try run(
+                "/usr/bin/sqlite3", [db.path, "UPDATE snapshotdb_values SET data = x'02' WHERE key = 'a'"])
+            try reader.read { txn throws in
+                #expect(txn.commit == 2)
+                #expect(try txn.data(forKey: "a", inCollection: "c") == Data([2]))
+            }
+            #expect(try reader.beginLongLivedReadTransaction() == [])
+            try writer.readWrite { try $0.setData(Data([3]), forKey: "a", inCollection: "c") }
+            let changes = try reader.beginLongLivedReadTransaction()
+            #expect(changes.map(\.commit) == [3])
+            #expect(changes.map(\.isExternal) == [false])
+            try reader.endLongLivedReadTransaction()
+
+            // A reset rewrites the header with no commit: the same commit, nothing new.
+            let reset = try db.checkpoint(.truncate)
+            #expect(reset.isComplete)
+            try reader.read { txn throws in
+                #expect(txn.commit == 3)
+                #expect(try txn.data(forKey: "a", inCollection: "c") == Data([3]))
+            }
+            try writer.readWrite { try $0.setData(Data([4]), forKey: "a", inCollection: "c") }
+            #expect(db.latestCommit == 4)
+            try reader.read { txn throws in #expect(txn.commit == 4) }
+        }
+    }
 }
