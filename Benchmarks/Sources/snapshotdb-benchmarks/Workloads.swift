@@ -115,6 +115,16 @@ func makeWorkloads(_ sizes: Sizes, writeRounds: Int) -> [Workload] {
                 keys: Array(data.writeKeys.prefix(data.sizes.laggardCommits)), payloads: data.writePayloads,
                 laggardAfter: data.sizes.laggardCommits / 4, bumpingCounter: false)
         },
+        Workload(
+            id: "g-counter",
+            title: "worst commit latency, laggard pins the WAL, C and GRDB also bump a counter row",
+            operations: sizes.laggardCommits, checkpoints: .engineDefault, fixture: .rows, statistic: .worst,
+            rounds: writeRounds
+        ) { subject, data in
+            try subject.writeTransactions(
+                keys: Array(data.writeKeys.prefix(data.sizes.laggardCommits)), payloads: data.writePayloads,
+                laggardAfter: data.sizes.laggardCommits / 4, bumpingCounter: true)
+        },
     ]
 }
 
