@@ -19,11 +19,21 @@ struct ChildTestReport {
 /// collects the `RESULT name value` lines it prints with ``reportResult(_:_:)``.
 ///
 /// For tests that must change the process itself (a file size limit standing in for a full
-/// disk), so that the change never touches the test runner.
-func runChildTest(_ testName: String, environmentKey: String, path: String) throws -> ChildTestReport {
+/// disk), so that the change never touches the test runner. With `unprivileged`, a test runner
+/// running as root starts the child as `nobody` through `setpriv(1)`.
+func runChildTest(_ testName: String, environmentKey: String, path: String, unprivileged: Bool = false)
+    throws -> ChildTestReport
+{
+    let testBinary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+    let arguments = ["--testing-library", "swift-testing", "--filter", testName]
     let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-    process.arguments = ["--testing-library", "swift-testing", "--filter", testName]
+    if unprivileged && getuid() == 0 {
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        process.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", testBinary] + arguments
+    } else {
+        process.executableURL = URL(fileURLWithPath: testBinary)
+        process.arguments = arguments
+    }
     process.environment = ProcessInfo.processInfo.environment.merging([environmentKey: path]) { $1 }
     let output = Pipe()
     process.standardOutput = output

@@ -134,33 +134,11 @@ struct UnusablePathTests {
 
     /// Runs the child on `path` as a user without write permission and returns its results.
     static func runUnprivilegedChild(on path: String) throws -> [String: String] {
-        let testBinary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
-        let arguments = [
-            testBinary, "--testing-library", "swift-testing", "--filter", "childWithoutWritePermission",
-        ]
-        let process = Process()
-        if getuid() == 0 {
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-            process.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups"] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: testBinary)
-            process.arguments = Array(arguments.dropFirst())
-        }
-        process.environment = ProcessInfo.processInfo.environment.merging([Self.permissionChildKey: path]) {
-            $1
-        }
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "child said: \(text)")
-        return Dictionary(
-            text.split(separator: "\n").compactMap { line -> (String, String)? in
-                let parts = line.split(separator: " ", maxSplits: 2).map(String.init)
-                return parts.count == 3 && parts[0] == "RESULT" ? (parts[1], parts[2]) : nil
-            }, uniquingKeysWith: { $1 })
+        let child = try runChildTest(
+            "childWithoutWritePermission", environmentKey: Self.permissionChildKey, path: path,
+            unprivileged: true)
+        #expect(child.terminationStatus == 0, "child said: \(child.output)")
+        return child.results
     }
 
     /// A directory the process may not write (`chmod 0555`) holding a closed database: SQLite
@@ -223,27 +201,26 @@ struct UnusablePathTests {
     @Test(.enabled(if: ProcessInfo.processInfo.environment[permissionChildKey] != nil))
     func childWithoutWritePermission() throws {
         let path = try #require(ProcessInfo.processInfo.environment[Self.permissionChildKey])
-        func report(_ name: String, _ value: String) { print("RESULT \(name) \(value)") }
         let db: Database
         do {
             db = try Database(path: path)
-            report("open", "opened")
+            reportResult("open", "opened")
         } catch {
-            report("open", error.code.name)
-            report("open-message", error.message)
+            reportResult("open", error.code.name)
+            reportResult("open-message", error.message)
             return
         }
         let connection = db.newConnection()
-        report("keys", (try connection.read { try $0.keys(inCollection: "c") }).joined(separator: ","))
+        reportResult("keys", (try connection.read { try $0.keys(inCollection: "c") }).joined(separator: ","))
         do {
             try connection.readWrite {
                 try $0.set(Item(title: "refused"), forKey: "refused", inCollection: "c")
             }
-            report("write", "committed")
+            reportResult("write", "committed")
         } catch let error as DatabaseError {
-            report("write", error.code.name)
+            reportResult("write", error.code.name)
         }
-        report("commit-after", "\(db.latestCommit)")
+        reportResult("commit-after", "\(db.latestCommit)")
     }
 
     // MARK: Paths that name no usable file
