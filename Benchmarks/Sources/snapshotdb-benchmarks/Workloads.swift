@@ -23,56 +23,32 @@ func makeWorkloads(_ sizes: Sizes, writeRounds: Int) -> [Workload] {
         },
         Workload(
             id: "c", title: "one-row write transactions", operations: sizes.writeTransactions, fixture: .rows,
-            rounds: writeRounds,
-            chunkBody: { subject, data, range in
-                try subject.writeTransactions(
-                    keys: Array(data.writeKeys[range]), payloads: Array(data.writePayloads[range]),
-                    laggardAfter: nil, bumpingCounter: false)
-            }
+            rounds: writeRounds, chunkBody: chunkOfWrites(bumpingCounter: false)
         ),
         Workload(
             id: "c-counter", title: "one-row write transactions, C and GRDB also bump a counter row",
             operations: sizes.writeTransactions, fixture: .rows, rounds: writeRounds,
-            chunkBody: { subject, data, range in
-                try subject.writeTransactions(
-                    keys: Array(data.writeKeys[range]), payloads: Array(data.writePayloads[range]),
-                    laggardAfter: nil, bumpingCounter: true)
-            }
+            chunkBody: chunkOfWrites(bumpingCounter: true)
         ),
         Workload(
             id: "c-checkpointing", title: "one-row write transactions, each engine's own checkpoints",
             operations: sizes.writeTransactions, checkpoints: .engineDefault, fixture: .rows,
-            rounds: writeRounds
-        ) { subject, data in
             // Not interleaved: SnapshotDB's checkpoints run in the background and would land in
             // the other engines' chunks. Each engine's database is closed (its checkpoints done)
             // before the next engine starts.
-            try subject.writeTransactions(
-                keys: Array(data.writeKeys.prefix(data.sizes.writeTransactions)),
-                payloads: data.writePayloads,
-                laggardAfter: nil, bumpingCounter: false)
-        },
+            rounds: writeRounds, body: writes(sizes.writeTransactions, bumpingCounter: false)
+        ),
         Workload(
             id: "c-normal", title: "one-row write transactions, synchronous NORMAL",
             operations: sizes.writeTransactions,
-            sync: .normal, fixture: .rows
-        ) { subject, data in
-            try subject.writeTransactions(
-                keys: Array(data.writeKeys.prefix(data.sizes.writeTransactions)),
-                payloads: data.writePayloads,
-                laggardAfter: nil, bumpingCounter: false)
-        },
+            sync: .normal, fixture: .rows, body: writes(sizes.writeTransactions, bumpingCounter: false)
+        ),
         Workload(
             id: "c-normal-counter",
             title: "one-row write transactions, synchronous NORMAL, C and GRDB also bump a counter row",
             operations: sizes.writeTransactions,
-            sync: .normal, fixture: .rows
-        ) { subject, data in
-            try subject.writeTransactions(
-                keys: Array(data.writeKeys.prefix(data.sizes.writeTransactions)),
-                payloads: data.writePayloads,
-                laggardAfter: nil, bumpingCounter: true)
-        },
+            sync: .normal, fixture: .rows, body: writes(sizes.writeTransactions, bumpingCounter: true)
+        ),
         Workload(
             id: "d", title: "advance past one commit, read the changed row", operations: sizes.advances,
             checkpoints: .engineDefault, fixture: .rows
@@ -109,23 +85,40 @@ func makeWorkloads(_ sizes: Sizes, writeRounds: Int) -> [Workload] {
         },
         Workload(
             id: "g", title: "worst commit latency, laggard pins the WAL", operations: sizes.laggardCommits,
-            checkpoints: .engineDefault, fixture: .rows, statistic: .worst, rounds: writeRounds
-        ) { subject, data in
-            try subject.writeTransactions(
-                keys: Array(data.writeKeys.prefix(data.sizes.laggardCommits)), payloads: data.writePayloads,
-                laggardAfter: data.sizes.laggardCommits / 4, bumpingCounter: false)
-        },
+            checkpoints: .engineDefault, fixture: .rows, statistic: .worst, rounds: writeRounds,
+            body: writes(sizes.laggardCommits, laggardAfter: sizes.laggardCommits / 4, bumpingCounter: false)
+        ),
         Workload(
             id: "g-counter",
             title: "worst commit latency, laggard pins the WAL, C and GRDB also bump a counter row",
             operations: sizes.laggardCommits, checkpoints: .engineDefault, fixture: .rows, statistic: .worst,
-            rounds: writeRounds
-        ) { subject, data in
-            try subject.writeTransactions(
-                keys: Array(data.writeKeys.prefix(data.sizes.laggardCommits)), payloads: data.writePayloads,
-                laggardAfter: data.sizes.laggardCommits / 4, bumpingCounter: true)
-        },
+            rounds: writeRounds,
+            body: writes(sizes.laggardCommits, laggardAfter: sizes.laggardCommits / 4, bumpingCounter: true)
+        ),
     ]
+}
+
+/// One-row write transactions over the first `count` write keys, with a laggard bookmark taken
+/// after `laggardAfter` of them; `bumpingCounter` gives C and GRDB SnapshotDB's counter row.
+private func writes(_ count: Int, laggardAfter: Int? = nil, bumpingCounter: Bool)
+    -> (any Subject, WorkloadData) throws -> [Duration]
+{
+    { subject, data in
+        try subject.writeTransactions(
+            keys: Array(data.writeKeys.prefix(count)), payloads: data.writePayloads,
+            laggardAfter: laggardAfter, bumpingCounter: bumpingCounter)
+    }
+}
+
+/// ``writes(_:laggardAfter:bumpingCounter:)`` for one chunk of an interleaved workload.
+private func chunkOfWrites(bumpingCounter: Bool) -> (any Subject, WorkloadData, Range<Int>) throws ->
+    [Duration]
+{
+    { subject, data, range in
+        try subject.writeTransactions(
+            keys: Array(data.writeKeys[range]), payloads: Array(data.writePayloads[range]),
+            laggardAfter: nil, bumpingCounter: bumpingCounter)
+    }
 }
 
 /// Checks that a read workload found every row it looked for.

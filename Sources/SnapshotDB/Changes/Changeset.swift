@@ -102,13 +102,6 @@ public struct Changeset: Sendable, Hashable {
         return sets.clearedCollections.union(sets.setKeys.keys).union(sets.removedKeys.keys)
     }
 
-    /// Whether the changeset says nothing changed (never true for a published changeset).
-    var isEmpty: Bool {
-        guard !isExternal && !clearedAllCollections else { return false }
-        let sets = keys.sets
-        return sets.clearedCollections.isEmpty && sets.setKeys.isEmpty && sets.removedKeys.isEmpty
-    }
-
     /// The key sets at once, for callers that ask many questions of one changeset.
     var keySets: KeySets { keys.sets }
 }

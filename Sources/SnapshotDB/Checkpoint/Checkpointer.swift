@@ -29,7 +29,7 @@ final class Checkpointer: Sendable {
         var checkpointedFrames = 0
         /// The WAL size, in frames, at which the next automatic checkpoint is due.
         var nextCheckpointFrames: Int
-        /// The WAL header's generation, as last read by a commit; `nil` after a truncation.
+        /// The WAL header's generation, as last read by a commit; `nil` after a reset.
         var generation: UInt64?
         /// Incremented at every WAL reset or restart seen, so that a checkpoint result of an
         /// older generation is not mistaken for the current one.
@@ -291,7 +291,7 @@ final class Checkpointer: Sendable {
         case notReset
     }
 
-    /// Whether a TRUNCATE can succeed: no snapshot of this process is behind the newest commit,
+    /// Whether a reset can succeed: no snapshot of this process is behind the newest commit,
     /// and no reader of another process holds a read mark other than slot 0 (this process's
     /// bookmarks are taken again, and its other readers are brief).
     private func canReset(_ snapshots: (latest: UInt64, records: [ConnectionRecord])) -> Bool {
@@ -436,7 +436,9 @@ final class Checkpointer: Sendable {
         metrics.recordCheckpointedFrames(result.checkpointedFrames)
     }
 
-    /// Takes in a completed TRUNCATE, run while no commit of this process could interleave.
+    /// Takes in a completed reset (RESTART or TRUNCATE), run while no commit of this process
+    /// could interleave. Either leaves no frame a reader needs: the next commit writes the WAL
+    /// from its start.
     private func absorbReset(latestCommit: UInt64, generationBefore: Int) {
         let threshold = configuration.checkpointThresholdPages
         state.withLock { state in
