@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import MetricsTestKit
+import Synchronization
 import Testing
 
 @testable import SnapshotDB
@@ -349,6 +350,49 @@ struct CheckpointTests {
             #expect(!pinned.isComplete)
             #expect(ContinuousClock.now - started < .seconds(1), "a pinned WAL is not waited for")
             #expect(db.checkpointStatus().laggingSnapshots.map(\.connectionName) == ["laggard"])
+        }
+    }
+
+    /// A WAL restarted by another process, then filled by one commit larger than the whole WAL
+    /// before: the frame count alone looks like growth; the WAL header's salts tell the new
+    /// generation, so a bookmark from before the restart pins every frame after it.
+    @Test func bookmarkPinsAWALRestartedByAnotherProcess() throws {
+        try withTemporaryDatabase(configuration: Self.smallConfiguration()) { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writeCommits(writer, count: 2, valuesPerCommit: 1, valueBytes: 20)
+            let small = db.checkpointStatus().walFrames
+            #expect(small > 0)
+            // The shell copies every frame back; the next writer starts the WAL from frame 1.
+            try run("/usr/bin/sqlite3", [db.path, "PRAGMA wal_checkpoint(RESTART)"])
+            let laggard = db.newConnection(name: "laggard")
+            try laggard.beginLongLivedReadTransaction()
+
+            // About 40 pages in one commit: far more than the WAL held before.
+            try writeCommits(writer, count: 1, valuesPerCommit: 40, valueBytes: 3_000, offset: 10)
+            let status = db.checkpointStatus()
+            #expect(status.walFrames > 4 * small)
+            #expect(status.checkpointedFrames == 0)
+            let pin = try #require(status.laggingSnapshots.first)
+            #expect(pin.connectionName == "laggard")
+            #expect(pin.pinnedBytes == Int64(status.walFrames) * Int64(status.pageSize + 24))
+        }
+    }
+
+    /// Commits learn the WAL's generation from the WAL-index header, the database at open from
+    /// the `-wal` file: both must name it with the same bytes, or a reopened database would
+    /// take its first commit for a restart.
+    @Test func generationFromTheWALIndexMatchesTheWALFile() throws {
+        try withTemporaryDatabase(configuration: Self.smallConfiguration()) { db throws in
+            let writer = db.newConnection(name: "writer")
+            var seen: Set<UInt64> = []
+            for round in 0..<3 {
+                try writeCommits(writer, count: 2, valuesPerCommit: 1, valueBytes: 20, offset: round * 10)
+                let fromIndex = try #require(db.checkpointer.state.withLock { $0.generation })
+                #expect(WALGenerationReader(walPath: db.path + "-wal").read() == fromIndex)
+                seen.insert(fromIndex)
+                try db.checkpoint(.restart)
+            }
+            #expect(seen.count == 3, "every restart draws new salts")
         }
     }
 }

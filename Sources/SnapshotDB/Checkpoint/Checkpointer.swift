@@ -121,9 +121,10 @@ final class Checkpointer: Sendable {
     // MARK: The commit path
 
     /// Called by `sqlite3_wal_hook` on the committing thread, inside the writer lock, with the
-    /// WAL's size in frames once the commit is in it (the commit's end frame).
-    func walDidGrow(pages: Int) {
-        let generation = walGeneration.read()
+    /// WAL's size in frames once the commit is in it (the commit's end frame) and the WAL's
+    /// generation as the WAL-index header gives it (`nil`: read from the `-wal` file instead).
+    func walDidGrow(pages: Int, generation fromIndex: UInt64? = nil) {
+        let generation = fromIndex ?? walGeneration.read()
         let threshold = configuration.checkpointThresholdPages
         let shouldRequest = state.withLock { state in
             let restarted: Bool

@@ -246,16 +246,19 @@ extension SQLiteHandle {
             isComplete: !busy && walFrames == checkpointedFrames)
     }
 
-    /// Calls `checkpointer.walDidGrow(pages:)` after every commit on this handle
+    /// Calls `checkpointer.walDidGrow(pages:generation:)` after every commit on this handle
     /// (`sqlite3_wal_hook`). The checkpointer must outlive the handle: the database owns it and
     /// every connection keeps the database alive.
     func setWALHook(_ checkpointer: Checkpointer) {
         sqlite3_wal_hook(
             pointer,
-            { context, _, _, pages in
+            { context, db, _, pages in
                 guard let context else { return SQLITE_OK }
+                // The WAL's generation from the WAL-index mapping: no system call per commit.
+                var salts: UInt64 = 0
+                let generation = db.flatMap { snapshotdb_wal_salts($0, &salts) != 0 ? salts : nil }
                 Unmanaged<Checkpointer>.fromOpaque(context).takeUnretainedValue()
-                    .walDidGrow(pages: Int(pages))
+                    .walDidGrow(pages: Int(pages), generation: generation)
                 return SQLITE_OK
             }, Unmanaged.passUnretained(checkpointer).toOpaque())
     }
