@@ -84,12 +84,10 @@ static inline unsigned int snapshotdb_wal_index_change(const snapshotdb_wal_inde
 
 // The WAL header's two salts (the -wal file's bytes 16..<24, which the WAL-index header keeps
 // verbatim at bytes 32..<40): SQLite draws new ones every time it restarts the WAL from its
-// first frame, so they name the WAL's generation. Reads them from the handle's WAL-index
-// mapping, without a system call; returns 1 on success, 0 when the header was being written
-// or the region is not mapped (the caller then reads the -wal file).
-static inline int snapshotdb_wal_salts(sqlite3 *db, unsigned long long *salts) {
-    const volatile void *region = snapshotdb_wal_index(db);
-    if (region == 0) return 0;
+// first frame, so they name the WAL's generation. Reads them from a WAL-index mapping (see
+// snapshotdb_wal_index), without a system call; returns 1 on success, 0 when the header was
+// being written (the caller then reads the -wal file).
+static inline int snapshotdb_wal_index_salts(const volatile void *region, unsigned long long *salts) {
     snapshotdb_wal_index_header header;
     if (!snapshotdb_read_wal_index_header(region, &header)) return 0;
     __builtin_memcpy(salts, header.bytes + 32, 8);

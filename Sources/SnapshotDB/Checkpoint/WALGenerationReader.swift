@@ -14,7 +14,7 @@ internal import Synchronization
 /// after the restart is larger than the whole previous WAL.
 ///
 /// Commits read the same eight bytes from the WAL-index header, where SQLite keeps a verbatim
-/// copy (`snapshotdb_wal_salts`), which needs no system call; this reader of the file is the
+/// copy (`snapshotdb_wal_index_salts`), which needs no system call; this reader of the file is the
 /// fallback when that header is being rewritten, and what the database uses at open.
 ///
 /// The descriptor stays open for the life of the database. That is safe for the `-wal`,

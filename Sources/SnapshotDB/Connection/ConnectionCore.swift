@@ -15,6 +15,9 @@ final class ConnectionCore: @unchecked Sendable {
     private let defaultCodec = JSONValueCodec()
     /// The bookmarked commit while a long-lived read transaction is open.
     private(set) var bookmark: UInt64?
+    /// Whether the database's record of this connection holds a snapshot (this connection is
+    /// the only one that sets or clears it).
+    private var hasRecordedSnapshot = false
 
     init(database: Database, name: String, id: Int) {
         self.database = database
@@ -240,7 +243,10 @@ final class ConnectionCore: @unchecked Sendable {
     }
 
     private func recordSnapshot(_ commit: UInt64?, bookmark isBookmark: Bool = false) {
-        let now = ContinuousClock.now
+        // Ending a snapshot already ended (a writer releases its own before COMMIT) is free.
+        guard commit != nil || hasRecordedSnapshot else { return }
+        hasRecordedSnapshot = commit != nil
+        let now = commit != nil ? ContinuousClock.now : nil
         var released: (commit: UInt64, wasBookmark: Bool)?
         defer {
             if let released {
@@ -342,8 +348,7 @@ final class ConnectionCore: @unchecked Sendable {
         if let before, let after = handle.walIndexHeader(), after.change == before.change &+ 1 {
             database.learnCommit(commit, at: after)
         }
-        database.updateConnection(id) { $0.lastSnapshot = commit }
-        database.observe(commit: commit)
+        database.publish(commit: commit, committedBy: id)
         database.checkpointer.didCommit(commit)
         cache.invalidate(with: changeset)
         cache.commit = commit

@@ -86,22 +86,40 @@ extension Database {
     /// log does not reach yet. Idempotent and ordered: all callers go through the state lock
     /// and publish strictly consecutive commit numbers.
     func observe(commit: UInt64) {
-        let overflowed = state.withLock { state -> [AsyncStream<Changeset>.Continuation] in
-            guard commit > state.latestCommit else { return [] }
-            var overflowed: [AsyncStream<Changeset>.Continuation] = []
-            for number in (state.latestCommit + 1)...commit {
-                let changeset =
-                    state.pending.removeValue(forKey: number)
-                    ?? Changeset(commit: number, isExternal: true)
-                state.commitLog.append(changeset)
-                state.latestCommit = number
-                overflowed += deliver(changeset, in: &state)
-            }
-            trimCommitLog(&state)
-            return overflowed
-        }
+        let overflowed = state.withLock { publish(through: commit, in: &$0) }
         // Finishing runs the stream's termination handler, which takes the state lock.
         for continuation in overflowed { continuation.finish() }
+    }
+
+    /// ``observe(commit:)`` for the writer of `commit`, which also records it as the
+    /// connection's last snapshot: one turn of the state lock after every commit.
+    func publish(commit: UInt64, committedBy connection: Int) {
+        let overflowed = state.withLock { state in
+            if let index = state.connections.index(forKey: connection) {
+                state.connections.values[index].lastSnapshot = commit
+            }
+            return publish(through: commit, in: &state)
+        }
+        for continuation in overflowed { continuation.finish() }
+    }
+
+    /// Appends every commit up to `commit` to the log and delivers it; returns the streams that
+    /// overflowed, for the caller to finish once the state lock is released.
+    private func publish(
+        through commit: UInt64, in state: inout DatabaseState
+    ) -> [AsyncStream<Changeset>.Continuation] {
+        guard commit > state.latestCommit else { return [] }
+        var overflowed: [AsyncStream<Changeset>.Continuation] = []
+        for number in (state.latestCommit + 1)...commit {
+            let changeset =
+                state.pending.removeValue(forKey: number)
+                ?? Changeset(commit: number, isExternal: true)
+            state.commitLog.append(changeset)
+            state.latestCommit = number
+            overflowed += deliver(changeset, in: &state)
+        }
+        trimCommitLog(&state)
+        return overflowed
     }
 
     /// The changesets of the commits in `(after, through]`, in order, or `nil` when the log no

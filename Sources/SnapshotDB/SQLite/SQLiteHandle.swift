@@ -21,6 +21,8 @@ final class SQLiteHandle {
     /// a transaction; `nil` until then, and for read-only handles.
     private var walIndex: UnsafeRawPointer?
     private var walIndexLookedUp: Bool
+    /// Told about every commit on this handle (see ``setWALHook(_:)``).
+    private var walHookTarget: Checkpointer?
 
     /// Opens `path` (`sqlite3_open_v2`) read-write without creating it: SnapshotDB creates new
     /// files itself so that it controls their mode.
@@ -247,20 +249,27 @@ extension SQLiteHandle {
     }
 
     /// Calls `checkpointer.walDidGrow(pages:generation:)` after every commit on this handle
-    /// (`sqlite3_wal_hook`). The checkpointer must outlive the handle: the database owns it and
-    /// every connection keeps the database alive.
+    /// (`sqlite3_wal_hook`), with the WAL's generation read from this handle's WAL-index
+    /// mapping. The hook's context is the handle itself, which SQLite calls back only while it
+    /// is open.
     func setWALHook(_ checkpointer: Checkpointer) {
+        walHookTarget = checkpointer
         sqlite3_wal_hook(
             pointer,
-            { context, db, _, pages in
+            { context, _, _, pages in
                 guard let context else { return SQLITE_OK }
-                // The WAL's generation from the WAL-index mapping: no system call per commit.
-                var salts: UInt64 = 0
-                let generation = db.flatMap { snapshotdb_wal_salts($0, &salts) != 0 ? salts : nil }
-                Unmanaged<Checkpointer>.fromOpaque(context).takeUnretainedValue()
-                    .walDidGrow(pages: Int(pages), generation: generation)
+                let handle = Unmanaged<SQLiteHandle>.fromOpaque(context).takeUnretainedValue()
+                handle.walHookTarget?.walDidGrow(pages: Int(pages), generation: handle.walGeneration())
                 return SQLITE_OK
-            }, Unmanaged.passUnretained(checkpointer).toOpaque())
+            }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// The WAL's generation (its header's salts) from the WAL-index header, without a system
+    /// call; `nil` before the mapping is known or while the header is being rewritten.
+    private func walGeneration() -> UInt64? {
+        guard let walIndex else { return nil }
+        var salts: UInt64 = 0
+        return snapshotdb_wal_index_salts(walIndex, &salts) != 0 ? salts : nil
     }
 
     /// The database page size in bytes.
