@@ -319,4 +319,90 @@ struct MisuseTests {
             #expect(connection.isInLongLivedReadTransaction)
         }
     }
+
+    /// Runs `body` on a thread of its own and records an issue if it has not returned within
+    /// 30 seconds: a deadlock detector, so that a regression fails instead of hanging the run.
+    /// (A bounded wait for completion, not a sleep standing in for ordering.) Returns whether
+    /// `body` returned; a test goes no further when it did not (the stuck thread holds locks).
+    private func expectReturns(
+        sourceLocation: SourceLocation = #_sourceLocation, _ body: @escaping @Sendable () -> Void
+    ) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            body()
+            done.signal()
+        }.start()
+        guard done.wait(timeout: .now() + 30) == .success else {
+            Issue.record("deadlocked: still waiting after 30 s", sourceLocation: sourceLocation)
+            return false
+        }
+        return true
+    }
+
+    @Test func callingBackIntoAnOuterConnectionThroughAnotherIsMisuse() throws {
+        try withTemporaryDatabase { db throws in
+            let a = db.newConnection(name: "a")
+            let b = db.newConnection(name: "b")
+            try a.readWrite { try $0.set("v", forKey: "k", inCollection: "c") }
+            let returned = expectReturns {
+                do {
+                    // a's queue is held by this thread further out: waiting for it would trap.
+                    let value = try a.read { outer in
+                        try b.read { _ in
+                            expectError(.misuse) { try a.read { _ in } }
+                            expectError(.misuse) { try a.beginLongLivedReadTransaction() }
+                            expectError(.misuse) { try a.readWrite { _ in } }
+                        }
+                        return try outer.value(forKey: "k", inCollection: "c", as: String.self)
+                    }
+                    #expect(value == "v")
+                } catch {
+                    Issue.record("unexpected \(error)")
+                }
+            }
+            guard returned else { return }
+            #expect(!a.isInLongLivedReadTransaction)
+            #expect(db.latestCommit == 1)
+        }
+    }
+
+    @Test func callingBackIntoAnOuterConnectionFromAnAsyncTransactionIsMisuse() async throws {
+        try await withTemporaryDatabase { db async throws in
+            let a = db.newConnection(name: "a")
+            let b = db.newConnection(name: "b")
+            // The async overload runs the closure on a's queue, on one of Dispatch's threads.
+            let code = try await a.read { _ -> DatabaseError.Code? in
+                try b.read { _ in expectError(.misuse) { try a.read { _ in } }?.code }
+            }
+            #expect(code == .misuse)
+        }
+    }
+
+    @Test func writeThroughAnotherConnectionInsideAWriteIsMisuseNotADeadlock() throws {
+        try withTemporaryDatabase { db throws in
+            let a = db.newConnection(name: "a")
+            let b = db.newConnection(name: "b")
+            let returned = expectReturns {
+                do {
+                    try a.readWrite { txn in
+                        try txn.set("outer", forKey: "outer", inCollection: "c")
+                        // b would wait for the writer lock this thread holds.
+                        let error = expectError(.misuse) {
+                            try b.readWrite { try $0.set("inner", forKey: "inner", inCollection: "c") }
+                        }
+                        #expect(error?.message.contains("same database") == true)
+                        // Reading through b is fine: readers never take the writer lock.
+                        #expect(try b.read { try $0.count(inCollection: "c") } == 0)
+                    }
+                } catch {
+                    Issue.record("unexpected \(error)")
+                }
+            }
+            guard returned else { return }
+            #expect(db.latestCommit == 1)
+            // The lock was released: b writes once a's transaction is over.
+            try b.readWrite { try $0.set("later", forKey: "later", inCollection: "c") }
+            #expect(try b.read { try $0.keys(inCollection: "c") } == ["later", "outer"])
+        }
+    }
 }

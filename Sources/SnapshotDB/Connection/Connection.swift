@@ -24,17 +24,12 @@ public final class Connection: Sendable {
     private let queue: DispatchQueue
     private let core: ConnectionCore
 
-    /// Marks each connection's queue, so that a nested call on the same connection is reported
-    /// as misuse instead of deadlocking.
-    private static let queueKey = DispatchSpecificKey<Int>()
-
     init(database: Database, name: String) {
         self.name = name
         self.database = database
         self.id = database.registerConnection(name: name)
         self.queue = DispatchQueue(label: "snapshotdb.connection.\(name)")
         self.core = ConnectionCore(database: database, name: name, id: id)
-        queue.setSpecific(key: Self.queueKey, value: id)
         database.updateConnection(id) { $0.connection = self }
     }
 
@@ -55,7 +50,9 @@ public final class Connection: Sendable {
     }
 
     private func serialized<T>(_ body: (ConnectionCore) throws -> T) throws -> T {
-        if DispatchQueue.getSpecific(key: Self.queueKey) == id {
+        // Also through other connections (`a.read { b.read { a.read { } } }`): this thread
+        // holds the queue, and waiting for it would trap in libdispatch.
+        if ActiveConnections.contains(id) {
             throw DatabaseError(
                 .misuse,
                 "connection '\(name)' was used from inside one of its own transactions; "
@@ -69,9 +66,9 @@ public final class Connection: Sendable {
         let result = UnsafeMutablePointer<T>.allocate(capacity: 1)
         defer { result.deallocate() }
         var failure: (any Error)?
-        queue.sync { [core] in
+        queue.sync { [core, id] in
             do {
-                result.initialize(to: try body(core))
+                result.initialize(to: try ActiveConnections.running(id) { try body(core) })
             } catch {
                 failure = error
             }
@@ -93,8 +90,9 @@ public final class Connection: Sendable {
         let cancellation = TaskCancellation()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                queue.async { [core] in
-                    continuation.resume(with: Result { try body(core, cancellation) })
+                queue.async { [core, id] in
+                    continuation.resume(
+                        with: Result { try ActiveConnections.running(id) { try body(core, cancellation) } })
                 }
             }
         } onCancel: {

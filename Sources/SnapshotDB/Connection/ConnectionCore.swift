@@ -131,7 +131,9 @@ final class ConnectionCore: @unchecked Sendable {
                 return (state.commit, movedFrom, changesets)
             }
             attempts += 1
-            if attempts > 2 {
+            // Sealing takes the writer lock. When this thread holds it (a read inside another
+            // connection's write transaction), waiting would be for itself: read unsealed.
+            if attempts > 2 || database.writerLock.isHeldByCurrentThread {
                 database.observe(commit: state.commit)
                 let movedFrom = cache.commit
                 cache.removeAll()
@@ -294,6 +296,13 @@ final class ConnectionCore: @unchecked Sendable {
                 "connection '\(name)' holds a long-lived read transaction; write through another connection")
         }
         try database.checkWriteAllowed()
+        if database.writerLock.isHeldByCurrentThread {
+            throw DatabaseError(
+                .misuse,
+                "connection '\(name)' began a read-write transaction inside another read-write "
+                    + "transaction of the same database on this thread, which would wait for itself; "
+                    + "write through the transaction you were given")
+        }
         let handle = try handle()
         database.writerLock.lock()
         defer { database.writerLock.unlock() }

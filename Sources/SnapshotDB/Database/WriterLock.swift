@@ -1,5 +1,11 @@
 internal import Foundation
 
+#if canImport(Glibc)
+    internal import Glibc
+#elseif canImport(Darwin)
+    internal import Darwin
+#endif
+
 /// The database's writer lock: one read-write transaction at a time in this process, held
 /// across the caller's closure.
 ///
@@ -8,18 +14,33 @@ internal import Foundation
 /// straight back, so a WAL reset gets its few milliseconds even under a continuous stream of
 /// commits (a plain mutex lets the committing thread re-acquire it every time).
 ///
-/// `@unchecked Sendable`: `isHeld` and `priorityWaiters` are only read and written with
-/// `condition` locked.
+/// It records the thread that holds it, so that a write transaction begun on that same thread
+/// through another connection (`a.readWrite { b.readWrite { } }`) is refused as misuse
+/// instead of waiting for itself forever.
+///
+/// `@unchecked Sendable`: `isHeld`, `owner` and `priorityWaiters` are only read and written
+/// with `condition` locked.
 final class WriterLock: @unchecked Sendable {
     private let condition = NSCondition()
     private var isHeld = false
+    private var owner: pthread_t?
     private var priorityWaiters = 0
+
+    /// Whether the current thread holds the lock: a read-write transaction of this database
+    /// is open further out on this thread's stack.
+    var isHeldByCurrentThread: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        guard isHeld, let owner else { return false }
+        return pthread_equal(owner, pthread_self()) != 0
+    }
 
     /// Waits until the lock is free and no priority request waits, then takes it.
     func lock() {
         condition.lock()
         while isHeld || priorityWaiters > 0 { condition.wait() }
         isHeld = true
+        owner = pthread_self()
         condition.unlock()
     }
 
@@ -27,6 +48,7 @@ final class WriterLock: @unchecked Sendable {
     func unlock() {
         condition.lock()
         isHeld = false
+        owner = nil
         condition.broadcast()
         condition.unlock()
     }
@@ -46,6 +68,7 @@ final class WriterLock: @unchecked Sendable {
             if !condition.wait(until: deadline) && isHeld { return false }
         }
         isHeld = true
+        owner = pthread_self()
         return true
     }
 }
