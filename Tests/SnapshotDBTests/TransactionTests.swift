@@ -264,4 +264,41 @@ struct TransactionTests {
             #expect(item == Item(title: "async"))
         }
     }
+
+    /// For each order, its lines: an enumeration inside an enumeration runs the same query
+    /// again while the outer one is part way through its rows.
+    @Test func enumerationInsideAnEnumerationSeesEveryRowOfBoth() throws {
+        try withTemporaryDatabase { db throws in
+            let connection = db.newConnection(name: "app")
+            try connection.readWrite { txn in
+                for order in ["o1", "o2", "o3"] {
+                    try txn.set(order.uppercased(), forKey: order, inCollection: "orders")
+                    for line in 1...2 { try txn.set(line, forKey: "\(order)-\(line)", inCollection: "lines") }
+                }
+            }
+            let pairs = try connection.read { txn in
+                var pairs: [String] = []
+                try txn.enumerate(inCollection: "orders", as: String.self) { order, _, _ in
+                    let lines = try txn.values(inCollection: "lines", as: Int.self) { key, _ in
+                        key.hasPrefix(order)
+                    }
+                    pairs += lines.map { "\(order):\($0.key)" }
+                    // The same collection again, and a stop inside: the outer loop goes on.
+                    try txn.enumerate(inCollection: "orders", as: String.self) { _, _, stop in stop = true }
+                }
+                return pairs
+            }
+            #expect(pairs == ["o1:o1-1", "o1:o1-2", "o2:o2-1", "o2:o2-2", "o3:o3-1", "o3:o3-2"])
+            // In a write transaction too, and the cached statement still works afterwards.
+            let counted = try connection.readWrite { txn in
+                var count = 0
+                try txn.enumerate(inCollection: "orders", as: String.self) { _, _, _ in
+                    count += try txn.values(inCollection: "lines", as: Int.self).count
+                }
+                return count
+            }
+            #expect(counted == 18)
+            #expect(try connection.read { try $0.values(inCollection: "orders", as: String.self).count } == 3)
+        }
+    }
 }

@@ -102,4 +102,36 @@ struct ValueCacheTests {
             }
         }
     }
+
+    final class Note: Codable, @unchecked Sendable {
+        var title: String
+        init(title: String) { self.title = title }
+    }
+
+    /// A decoded class instance is the caller's to change: the next read of the same commit
+    /// still returns what is stored, while decoded structs are shared from the cache.
+    @Test func classValuesAreNotSharedBetweenReads() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try writer.readWrite { txn in
+                try txn.set(Note(title: "stored"), forKey: "n", inCollection: "notes")
+                try txn.set(Item(title: "stored"), forKey: "i", inCollection: "items")
+            }
+            try ui.beginLongLivedReadTransaction()
+            for _ in 0..<2 {  // the first read fills the cache, the second is served from it
+                let note = try #require(
+                    try ui.read { try $0.value(forKey: "n", inCollection: "notes", as: Note.self) })
+                #expect(note.title == "stored")
+                note.title = "edited in memory, never written"
+            }
+            let first = try ui.read { try $0.value(forKey: "n", inCollection: "notes", as: Note.self) }
+            let second = try ui.read { try $0.value(forKey: "n", inCollection: "notes", as: Note.self) }
+            #expect(first !== second)
+            #expect(
+                try ui.read { try $0.value(forKey: "i", inCollection: "items", as: Item.self) }?.title
+                    == "stored")
+            #expect(ui.cachedValueCount == 2)
+        }
+    }
 }

@@ -89,6 +89,15 @@ final class SQLiteHandle {
         return statement
     }
 
+    /// The cached statement for `sql` unless it is part way through its rows, else a new one
+    /// for this use only: for statements whose rows are handed to the caller's code one by
+    /// one, which may run the same statement again (an enumeration inside an enumeration).
+    func idleStatement(_ sql: SQL) throws(DatabaseError) -> SQLiteStatement {
+        let cached = try statement(sql)
+        guard cached.isBusy else { return cached }
+        return try SQLiteStatement(handle: self, sql: sql.text, persistent: false)
+    }
+
     /// The WAL-index header as it is now, or `nil` when it cannot be read consistently (a writer
     /// is updating it) or the handle has not yet found SQLite's mapping of it.
     ///

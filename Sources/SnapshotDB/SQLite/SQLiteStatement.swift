@@ -23,6 +23,10 @@ final class SQLiteStatement {
 
     deinit { sqlite3_finalize(statement) }
 
+    /// Whether the statement is part way through its rows (`sqlite3_stmt_busy`): an
+    /// enumeration whose body is still running.
+    var isBusy: Bool { sqlite3_stmt_busy(statement) != 0 }
+
     /// Binds a string (`sqlite3_bind_text64`, copied by SQLite), keeping embedded NUL characters.
     ///
     /// The 64-bit form takes any length, so a string longer than SQLite accepts fails with

@@ -59,16 +59,27 @@ public class ReadTransaction {
         if cacheable, var entry = core.cache.entry(for: cacheKey) {
             if let object = entry.object as? T { return object }
             let value = try decode(T.self, from: entry.data, key: key, collection: collection)
-            entry.object = value
-            core.cache.insert(entry, for: cacheKey)
+            if Self.mayShare(T.self) {
+                entry.object = value
+                core.cache.insert(entry, for: cacheKey)
+            }
             return value
         }
         // A miss is cached once, with its decoded value.
         guard let data = try core.fetchData(cacheKey) else { return nil }
         let value = try decode(T.self, from: data, key: key, collection: collection)
-        if cacheable { core.cache.insert(CacheEntry(data: data, object: value), for: cacheKey) }
+        if cacheable {
+            core.cache.insert(
+                CacheEntry(data: data, object: Self.mayShare(T.self) ? value : nil), for: cacheKey)
+        }
         return value
     }
+
+    /// Whether one decoded `T` may be handed to every reader of the same commit: not for a
+    /// class, whose instances a caller can change in place (a form editing the object it was
+    /// given must not change what the next read of that commit returns). Classes are decoded
+    /// again from the cached bytes on every read.
+    static func mayShare<T>(_ type: T.Type) -> Bool { !(type is AnyObject.Type) }
 
     /// The raw bytes stored under `key` in `collection`, or `nil` when there is none.
     public func data(forKey key: String, inCollection collection: String) throws(DatabaseError) -> Data? {
@@ -132,7 +143,9 @@ public class ReadTransaction {
         _ body: (_ key: String, _ value: T, _ stop: inout Bool) throws -> Void
     ) throws {
         try checkActive()
-        let statement = try core.handle().statement(.enumerate)
+        // `body` may enumerate again (for each order, its lines): the cached statement is then
+        // still stepping, and binding or resetting it would end the outer enumeration.
+        let statement = try core.handle().idleStatement(.enumerate)
         defer { statement.reset() }
         try statement.bind(collection, at: 1)
         var stop = false
