@@ -79,11 +79,23 @@ struct FileTests {
             expectError(.alreadyOpen) { try Database(path: path) }
             expectError(.alreadyOpen) { try Database(path: link) }
             expectError(.alreadyOpen) { try Database(path: directory.path + "/./db.sqlite") }
+            // A hard link is another name for the same inode: refused before SQLite opens it,
+            // so no -wal or -shm appears beside it.
+            let hard = directory.appendingPathComponent("hard.sqlite").path
+            try FileManager.default.linkItem(atPath: path, toPath: hard)
+            let error = expectError(.alreadyOpen) { try Database(path: hard) }
+            #expect(error?.message.contains("same file as") == true)
+            #expect(!FileManager.default.fileExists(atPath: hard + "-wal"))
+            #expect(!FileManager.default.fileExists(atPath: hard + "-shm"))
             #expect(first?.latestCommit == 0)
             first = nil
-            // Released: the file can be opened again.
-            let second = try Database(path: link)
-            #expect(second.path == URL(fileURLWithPath: path).resolvingSymlinksInPath().path)
+            // Released: the file can be opened again, under either name.
+            var second: Database? = try Database(path: link)
+            #expect(second?.path == URL(fileURLWithPath: path).resolvingSymlinksInPath().path)
+            second = nil
+            let third = try Database(path: hard)
+            #expect(third.latestCommit == 0)
+            expectError(.alreadyOpen) { try Database(path: path) }
         }
     }
 
