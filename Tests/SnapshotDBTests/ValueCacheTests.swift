@@ -134,4 +134,18 @@ struct ValueCacheTests {
             #expect(ui.cachedValueCount == 2)
         }
     }
+
+    /// A cache limit beyond what memory holds is a bound, not an allocation: the miss filter
+    /// is capped, and `Int.max` neither traps nor allocates.
+    @Test func hugeCacheLimitIsABoundNotAnAllocation() throws {
+        var configuration = Configuration()
+        configuration.cacheLimit = .max
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let connection = db.newConnection(name: "app")
+            try connection.readWrite { try $0.set(Item(title: "t"), forKey: "k", inCollection: "c") }
+            #expect(
+                try connection.read { try $0.value(forKey: "k", inCollection: "c", as: Item.self) }?.title
+                    == "t")
+        }
+    }
 }

@@ -84,8 +84,10 @@ final class ValueCache {
         generations = .allocate(capacity: 1)
         var initial = Generations()
         if limit > 0 {
-            // A power of two at least twice the cache's size.
-            let slots = 1 << (Int.bitWidth - max(1, 2 * limit - 1).leadingZeroBitCount)
+            // A power of two at least twice the cache's size, at most 2^20 slots (8 MiB): a
+            // larger cache shares filter slots rather than allocating (or overflowing) more.
+            let wanted = 2 * min(limit, 1 << 19) - 1
+            let slots = 1 << (Int.bitWidth - max(1, wanted).leadingZeroBitCount)
             initial.recentMisses = [Int](repeating: 0, count: slots)
         }
         generations.initialize(to: initial)
