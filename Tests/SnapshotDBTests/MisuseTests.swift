@@ -405,4 +405,29 @@ struct MisuseTests {
             #expect(try b.read { try $0.keys(inCollection: "c") } == ["later", "outer"])
         }
     }
+
+    @Test func checkpointThatNeedsTheWriterLockInsideAWriteIsMisuse() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let started = ContinuousClock.now
+            try writer.readWrite { txn in
+                try txn.set("v", forKey: "k", inCollection: "c")
+                for mode in [CheckpointMode.full, .restart, .truncate] {
+                    expectError(.misuse) { try db.checkpoint(mode) }
+                }
+                // PASSIVE takes no lock of this process's writers: it runs.
+                #expect(try db.checkpoint(.passive).walFrames >= 0)
+            }
+            // Refused at once, not after the busy timeout (5 s) spent waiting for itself.
+            #expect(ContinuousClock.now - started < .seconds(4))
+            #expect(db.latestCommit == 1)
+            #expect(try db.checkpoint(.truncate).isComplete)
+        }
+    }
+
+    @Test func localizedDescriptionIsTheMessage() throws {
+        let error = expectError(.cannotOpen) { try Database(path: "/nonexistent-\(UUID())/db.sqlite") }
+        let described = (error as (any Error)?)?.localizedDescription ?? ""
+        #expect(described.hasPrefix("cannotOpen: the directory of"), "\(described)")
+    }
 }

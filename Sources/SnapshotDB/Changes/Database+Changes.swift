@@ -11,8 +11,15 @@ extension Database {
     /// catches up exactly with ``Connection/beginLongLivedReadTransaction()``). The stream ends
     /// when the consuming task is cancelled or the database is released.
     ///
+    /// Subscribe before taking the bookmark you advance in the loop, so that no commit falls
+    /// between the two; when the loop ends because the stream finished, subscribe again and
+    /// advance. Commits of other processes are published when a connection of this process next
+    /// begins a transaction.
+    ///
     /// ```swift
-    /// for await _ in db.changes() {
+    /// let commits = db.changes()
+    /// try ui.beginLongLivedReadTransaction()
+    /// for await _ in commits {
     ///     let changes = try ui.beginLongLivedReadTransaction()
     ///     if changes.hasChange(inCollection: "items") { reload() }
     /// }

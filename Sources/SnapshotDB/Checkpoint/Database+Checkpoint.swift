@@ -10,8 +10,8 @@ extension Database {
     /// up to ``Configuration/busyTimeout`` for readers and writers of other processes.
     /// Snapshots held by this process's connections keep the checkpoint from completing
     /// (``CheckpointResult/isComplete`` is then `false`); those modes then wait only a few
-    /// milliseconds. Called from inside a read-write transaction, a mode other than `passive`
-    /// waits the busy timeout for that transaction's lock, then runs without it.
+    /// milliseconds. Called from inside a read-write transaction of this database, a mode other
+    /// than `passive` would wait for a lock its own thread holds: it throws `misuse` instead.
     ///
     /// ```swift
     /// let result = try db.checkpoint(.truncate)
@@ -19,10 +19,17 @@ extension Database {
     /// ```
     ///
     /// - Throws: ``DatabaseError`` when SQLite fails for a reason other than a busy reader, or
-    ///   `misuse` when called from a checkpoint monitor callback.
+    ///   `misuse` when called from a checkpoint monitor callback, or with a mode other than
+    ///   `passive` from inside a read-write transaction.
     @discardableResult
     public func checkpoint(_ mode: CheckpointMode) throws(DatabaseError) -> CheckpointResult {
-        try checkpointer.runExplicitly(mode, database: self)
+        if mode != .passive && writerLock.isHeldByCurrentThread {
+            throw DatabaseError(
+                .misuse,
+                "checkpoint(.\(mode)) was called inside a read-write transaction of this database, "
+                    + "whose writer lock it needs; call it after the transaction, or use .passive")
+        }
+        return try checkpointer.runExplicitly(mode, database: self)
     }
 
     /// The WAL's size and progress and every snapshot that pins it, named.

@@ -1,4 +1,5 @@
 internal import CSQLite
+public import Foundation
 
 #if canImport(Glibc)
     internal import Glibc
@@ -130,4 +131,12 @@ extension DatabaseError {
         let text = context.map { "\($0): \(message)" } ?? message
         return DatabaseError(code, text, sqliteCode: resultCode)
     }
+}
+
+/// `localizedDescription` (what apps show in an alert and what many log back ends print) is the
+/// error's description: its code and message, e.g. "cannotOpen: the directory of … does not
+/// exist", rather than Foundation's "The operation could not be completed".
+extension DatabaseError: LocalizedError {
+    /// The error's ``description``: its code and message.
+    public var errorDescription: String? { description }
 }

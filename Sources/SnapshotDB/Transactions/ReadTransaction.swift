@@ -179,7 +179,7 @@ public class ReadTransaction {
         } catch {
             throw DatabaseError(
                 .decodingFailed,
-                "the value for key '\(key)' in collection '\(collection)' is not a \(T.self): \(error)",
+                "the value for key '\(key)' in collection '\(collection)' cannot be decoded as \(T.self): \(error)",
                 collection: collection, key: key, typeName: String(describing: T.self))
         }
     }
