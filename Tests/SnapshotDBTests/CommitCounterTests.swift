@@ -85,4 +85,47 @@ struct CommitCounterTests {
             try reader.read { txn throws in #expect(txn.commit == 4) }
         }
     }
+
+    /// The `sqlite3` shell's `.restore` of an older backup puts an older counter back (the
+    /// backup API fires no trigger). Commit numbers must not be given twice, the jump must be
+    /// reported, and no cache may keep a value of the undone commits.
+    @Test func restoredOlderBackupIsAnExternalCommitAfterTheNewest() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try writer.readWrite { txn in
+                try txn.set("v1", forKey: "k", inCollection: "c")
+                try txn.set("x1", forKey: "x", inCollection: "c")
+            }
+            let backup = db.path + ".backup"
+            try run("/usr/bin/sqlite3", [db.path, ".backup '\(backup)'"])
+            try writer.readWrite { try $0.set("v2", forKey: "k", inCollection: "c") }
+            try writer.readWrite { try $0.set("x3", forKey: "x", inCollection: "c") }
+            try ui.beginLongLivedReadTransaction()
+            #expect(try ui.read { try $0.value(forKey: "x", inCollection: "c", as: String.self) } == "x3")
+
+            try run("/usr/bin/sqlite3", [db.path, ".restore '\(backup)'"])
+            let jumped = try ui.beginLongLivedReadTransaction()
+            #expect(jumped.map(\.commit) == [4])
+            #expect(jumped.first?.isExternal == true)
+            #expect(ui.snapshot == 4)
+            #expect(try ui.read { try $0.value(forKey: "k", inCollection: "c", as: String.self) } == "v1")
+            #expect(try ui.read { try $0.value(forKey: "x", inCollection: "c", as: String.self) } == "x1")
+
+            // The next local commit is numbered after the restore's, and reported with its own
+            // changeset; the bookmark's cache follows it.
+            try writer.readWrite { txn in
+                try txn.set("x5", forKey: "x", inCollection: "c")
+                txn.info = ["who": "after restore"]
+            }
+            #expect(db.latestCommit == 5)
+            let next = try ui.beginLongLivedReadTransaction()
+            #expect(next.map(\.commit) == [5])
+            #expect(next.first?.info == ["who": "after restore"])
+            #expect(try ui.read { try $0.value(forKey: "x", inCollection: "c", as: String.self) } == "x5")
+            let counter = try run(
+                "/usr/bin/sqlite3", [db.path, "SELECT value FROM snapshotdb_meta WHERE name = 'commit'"])
+            #expect(counter == "5\n")
+        }
+    }
 }

@@ -1,4 +1,5 @@
 internal import Foundation
+internal import Synchronization
 
 /// The state of one connection, touched only on the connection's serial queue.
 ///
@@ -57,8 +58,10 @@ final class ConnectionCore: @unchecked Sendable {
 
     /// Reads the commit counter and the count of unsealed foreign writes in the open
     /// transaction; the first read of a deferred transaction also fixes its snapshot.
-    private func readState(_ handle: SQLiteHandle) throws(DatabaseError) -> (commit: UInt64, unsealed: Int64)
-    {
+    /// `published` is ``Database/publishedCommit`` as loaded before the transaction began.
+    private func readState(_ handle: SQLiteHandle, published: UInt64) throws(DatabaseError) -> (
+        commit: UInt64, unsealed: Int64
+    ) {
         let statement = try handle.statement(.readState)
         defer { statement.reset() }
         // The scalar subqueries always give a row; NULLs mean another client deleted rows of
@@ -66,7 +69,14 @@ final class ConnectionCore: @unchecked Sendable {
         guard try statement.step(), !statement.isNull(at: 0), !statement.isNull(at: 1) else {
             throw Schema.damagedMetadata(path: handle.path)
         }
-        return (UInt64(max(0, statement.int64(at: 0))), statement.int64(at: 1))
+        let commit = UInt64(max(0, statement.int64(at: 0)))
+        let unsealed = statement.int64(at: 1)
+        // A counter below a commit this process already published: another client put older
+        // contents back (the `sqlite3` shell's `.restore` of a backup, which fires no trigger).
+        // Treated as an unsealed foreign write: sealing numbers it after the newest commit
+        // published, so commit numbers never repeat, and its external changeset drops caches.
+        if unsealed == 0 && commit < published { return (commit, 1) }
+        return (commit, unsealed)
     }
 
     /// Fixes the snapshot of the read transaction just begun and returns its state.
@@ -75,21 +85,23 @@ final class ConnectionCore: @unchecked Sendable {
     /// once the snapshot is fixed, it is the snapshot's header (headers never repeat), and if a
     /// transaction of this database already knows that header's commit counter, the metadata
     /// table is not read at all. Otherwise the counter is read, and learnt for that header.
-    private func readSnapshotState(_ handle: SQLiteHandle, headerBefore before: WALIndexHeader?)
-        throws(DatabaseError) -> (commit: UInt64, unsealed: Int64)
-    {
+    private func readSnapshotState(
+        _ handle: SQLiteHandle, headerBefore before: WALIndexHeader?, published: UInt64
+    ) throws(DatabaseError) -> (commit: UInt64, unsealed: Int64) {
         if let before, let commit = database.knownCommit(at: before) {
             let fix = try handle.statement(.fixSnapshot)
             defer { fix.reset() }
             _ = try fix.step()
-            guard handle.walIndexHeader() == before else { return try readState(handle) }
+            guard handle.walIndexHeader() == before else {
+                return try readState(handle, published: published)
+            }
             #if DEBUG
-                let read = try readState(handle)
+                let read = try readState(handle, published: published)
                 assert(read.commit == commit && read.unsealed == 0, "wrong commit for a known header")
             #endif
             return (commit, 0)
         }
-        let state = try readState(handle)
+        let state = try readState(handle, published: published)
         handle.lookUpWALIndex()
         if state.unsealed == 0, let before, handle.walIndexHeader() == before {
             database.learnCommit(state.commit, at: before)
@@ -117,10 +129,11 @@ final class ConnectionCore: @unchecked Sendable {
         var attempts = 0
         while true {
             let before = handle.walIndexHeader()
+            let published = database.publishedCommit.load(ordering: .acquiring)
             try handle.statement(.begin).execute()
             let state: (commit: UInt64, unsealed: Int64)
             do throws(DatabaseError) {
-                state = try readSnapshotState(handle, headerBefore: before)
+                state = try readSnapshotState(handle, headerBefore: before, published: published)
             } catch {
                 endTransaction(handle)
                 throw error
@@ -156,6 +169,7 @@ final class ConnectionCore: @unchecked Sendable {
     /// first, and returns the commit the transaction starts from.
     private func beginWriteTransaction(_ handle: SQLiteHandle) throws(DatabaseError) -> UInt64 {
         while true {
+            let published = database.publishedCommit.load(ordering: .acquiring)
             try handle.statement(.beginImmediate).execute()
             do throws(DatabaseError) {
                 // BEGIN IMMEDIATE holds SQLite's WAL write lock: the WAL-index header cannot
@@ -166,11 +180,11 @@ final class ConnectionCore: @unchecked Sendable {
                 if let header, let commit = database.knownCommit(at: header) {
                     state = (commit, 0)
                     #if DEBUG
-                        let read = try readState(handle)
+                        let read = try readState(handle, published: published)
                         assert(read.commit == commit && read.unsealed == 0, "wrong commit for a known header")
                     #endif
                 } else {
-                    state = try readState(handle)
+                    state = try readState(handle, published: published)
                     if state.unsealed == 0, let header { database.learnCommit(state.commit, at: header) }
                 }
                 guard state.unsealed != 0 else {
@@ -178,9 +192,10 @@ final class ConnectionCore: @unchecked Sendable {
                     return state.commit
                 }
                 // Foreign clients changed values without a commit number: give their changes
-                // one commit of their own before this transaction's.
+                // one commit of their own before this transaction's, after every number this
+                // process has published (the file's counter is lower after a foreign restore).
                 database.observe(commit: state.commit)
-                let sealed = state.commit + 1
+                let sealed = max(state.commit, database.latestCommit) + 1
                 let update = try handle.statement(.writeCommit)
                 try update.bind(Int64(sealed), at: 1)
                 try update.execute()
@@ -413,8 +428,9 @@ final class ConnectionCore: @unchecked Sendable {
         guard bookmark == commit, let handle = openedHandle else { return .skipped }
         endTransaction(handle)
         do {
+            let published = database.publishedCommit.load(ordering: .acquiring)
             try handle.statement(.begin).execute()
-            let state = try readState(handle)
+            let state = try readState(handle, published: published)
             if state.commit == commit && state.unsealed == 0 { return .reseated }
         } catch {}
         // Unreachable while the checkpointer holds the write lock; never let reads see another

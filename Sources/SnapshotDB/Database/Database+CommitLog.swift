@@ -119,6 +119,7 @@ extension Database {
             overflowed += deliver(changeset, in: &state)
         }
         trimCommitLog(&state)
+        publishedCommit.store(commit, ordering: .releasing)
         return overflowed
     }
 

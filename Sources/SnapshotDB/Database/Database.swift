@@ -38,6 +38,10 @@ public final class Database: Sendable {
     /// The last WAL-index header whose commit counter a transaction read or a writer made, with
     /// that counter: see ``knownCommit(at:)``.
     let knownSnapshot = Mutex<(header: WALIndexHeader, commit: UInt64)?>(nil)
+    /// `state.latestCommit`, readable without the lock: stored after each commit is published,
+    /// which is after SQLite committed it. A transaction that loads it before it begins sees a
+    /// counter at least this high, unless older contents were put back from outside.
+    let publishedCommit = Atomic<UInt64>(0)
 
     /// Opens or creates the database at `path` with the default configuration.
     ///
@@ -94,6 +98,7 @@ public final class Database: Sendable {
             self.path = resolved
             self.configuration = configuration
             self.state = Mutex(DatabaseState(latestCommit: latest))
+            self.publishedCommit.store(latest, ordering: .releasing)
             self.checkpointer = Checkpointer(
                 path: resolved, configuration: configuration, pageSize: pageSize, handle: setup)
         } catch {
