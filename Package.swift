@@ -30,6 +30,10 @@ let package = Package(
             providers: [.apt(["libsqlite3-dev"])]
         ),
         .target(
+            name: "CSnapshotDBVFS",
+            dependencies: ["CSQLite"]
+        ),
+        .target(
             name: "SnapshotDBInspection",
             swiftSettings: strictSettings
         ),
@@ -37,6 +41,7 @@ let package = Package(
             name: "SnapshotDB",
             dependencies: [
                 "CSQLite",
+                "CSnapshotDBVFS",
                 "SnapshotDBInspection",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),

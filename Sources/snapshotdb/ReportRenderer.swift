@@ -80,9 +80,13 @@ struct ReportRenderer {
                 facts.append("\(Format.count(wal.uncommittedFrames)) uncommitted")
             }
             if wal.staleFrames > 0 {
-                let older = Format.count(wal.staleFramesWithOtherSalts)
+                var kinds = ["\(Format.count(wal.staleFramesWithOtherSalts)) with older salts"]
+                if wal.zeroFilledFrames > 0 {
+                    kinds.append("\(Format.count(wal.zeroFilledFrames)) zero-filled, preallocated")
+                }
                 facts.append(
-                    "stale tail of \(Format.plural(wal.staleFrames, "frame")) (\(older) with older salts)")
+                    "stale tail of \(Format.plural(wal.staleFrames, "frame")) (\(kinds.joined(separator: ", ")))"
+                )
             }
             if wal.trailingPartialBytes > 0 {
                 facts.append("\(Format.count(wal.trailingPartialBytes)) trailing bytes")

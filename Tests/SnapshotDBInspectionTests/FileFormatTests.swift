@@ -96,6 +96,39 @@ struct FileFormatTests {
         }
     }
 
+    /// Under `synchronous = FULL` SnapshotDB's VFS zero-fills the WAL past its frames; those
+    /// frames are stale (page 0, salts 0) and reported as zero-filled, not as an older generation.
+    @Test("zero-filled frames past the valid prefix are reported as preallocated")
+    func zeroFilledTail() throws {
+        try withTemporaryDatabase { path in
+            try Python.run(
+                """
+                import os, sqlite3, sys
+                c = sqlite3.connect(sys.argv[1], isolation_level=None)
+                c.execute('PRAGMA wal_autocheckpoint=0')
+                for i in range(2):
+                    c.execute("UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'commit'")
+                os._exit(0)
+                """, path)
+            let wal = try FileHandle(forWritingTo: URL(fileURLWithPath: path + "-wal"))
+            try wal.seekToEnd()
+            try wal.write(contentsOf: Data(count: 3 * (4096 + 24)))
+            try wal.close()
+            let report = try SnapshotDBInspector.inspect(databaseAt: path, options: .separateProcess)
+            let summary = try #require(report.wal)
+            #expect(summary.validFrames == 2)
+            #expect(summary.staleFrames == 3)
+            #expect(summary.zeroFilledFrames == 3)
+            #expect(summary.staleFramesWithOtherSalts == 0)
+            #expect(summary.trailingPartialBytes == 0)
+            #expect(report.snapshotDB.commitCounter == 2)
+            let text = try Tool.run("inspect", path)
+            #expect(
+                text.standardOutput.contains(
+                    "stale tail of 3 frames (0 with older salts, 3 zero-filled, preallocated)"))
+        }
+    }
+
     /// A WAL written by a big-endian machine (magic 0x377f0683) checksums big-endian words.
     /// The test rewrites a little-endian WAL that way; SQLite's own recovery must accept it too.
     @Test("big-endian WAL checksums are verified")

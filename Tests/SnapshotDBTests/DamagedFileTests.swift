@@ -338,7 +338,10 @@ struct DamagedFileTests {
             case .empty: wal = Data()
             case .randomBytes: wal = garbage(count: wal.count)
             case .truncatedInHeader: wal = wal.prefix(20)
-            case .truncatedInLastFrame: wal = wal.prefix(wal.count - 100)
+            case .truncatedInLastFrame:
+                // The last commit frame, not the file's end: past it lie zeros SnapshotDB's
+                // VFS preallocated.
+                wal = wal.prefix(copy.commitFrameEnds[copy.commitFrameEnds.count - 1] - 100)
             case .badHeaderChecksum: wal[24] ^= 0xFF
             case .badFrameChecksum:
                 // Commit 8 is the third commit in this WAL; its first frame follows commit 7's.

@@ -44,6 +44,67 @@ struct DiskFullTests {
         }
     }
 
+    static let preallocationChildKey = "SNAPSHOTDB_DISK_FULL_PREALLOCATION_CHILD_DB"
+
+    /// WAL preallocation (256 KiB of zeros past the frames) is best effort: with room for the
+    /// frames and not for the zeros, commits still succeed and the WAL stays under the limit.
+    @Test func commitsThatFitSucceedWhenTheWALPreallocationDoesNot() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("tight.sqlite").path
+            do {
+                let db = try Database(path: path)
+                try db.newConnection().readWrite {
+                    try $0.set(Item(title: "first"), forKey: "first", inCollection: "c")
+                }
+                #expect(try db.checkpoint(.truncate).isComplete)
+            }
+            let child = try runChildTest(
+                "childPreallocatingUnderFileSizeLimit", environmentKey: Self.preallocationChildKey, path: path
+            )
+            #expect(child.results["committed"] == "5", "child said: \(child.output)")
+            #expect(child.results["failed-with"] == nil, "child said: \(child.output)")
+            let walBytes = Int(child.results["wal-bytes"] ?? "") ?? .max
+            let limit = Int(child.results["limit"] ?? "") ?? 0
+            #expect(walBytes <= limit)
+            #expect(child.terminationStatus == 0)
+
+            let db = try Database(path: path)
+            #expect(db.latestCommit == 6)
+            try db.newConnection().read { txn throws in
+                #expect(try txn.keys(inCollection: "c") == ["0", "1", "2", "3", "4", "first"])
+            }
+            #expect(try isIntact(path))
+        }
+    }
+
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[preallocationChildKey] != nil))
+    func childPreallocatingUnderFileSizeLimit() throws {
+        let path = try #require(ProcessInfo.processInfo.environment[Self.preallocationChildKey])
+        let db = try Database(path: path)
+        let writer = db.newConnection()
+        let databaseBytes =
+            (try FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.intValue ?? 0
+        reportResult("limit", "\(databaseBytes + 64 * 1024)")
+        withFileSizeLimit(above: path) {
+            var committed = 0
+            do {
+                for index in 0..<5 {
+                    try writer.readWrite {
+                        try $0.set(Item(title: "row \(index)"), forKey: "\(index)", inCollection: "c")
+                    }
+                    committed += 1
+                }
+            } catch {
+                reportResult("failed-with", (error as? DatabaseError)?.code.name ?? "\(error)")
+            }
+            reportResult("committed", "\(committed)")
+        }
+        let walBytes =
+            (try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? NSNumber)?.intValue
+            ?? 0
+        reportResult("wal-bytes", "\(walBytes)")
+    }
+
     @Test(.enabled(if: ProcessInfo.processInfo.environment[childDatabaseKey] != nil))
     func childUnderFileSizeLimit() throws {
         let path = try #require(ProcessInfo.processInfo.environment[Self.childDatabaseKey])

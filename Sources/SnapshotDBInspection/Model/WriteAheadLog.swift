@@ -62,7 +62,11 @@ public struct WALSummary: Sendable, Codable, Equatable {
     /// reset new frames overwrite the file from the start) or damaged frames.
     public var staleFrames: Int
     /// Stale frames whose salts differ from the header's: frames of an earlier WAL generation.
+    /// Zero-filled frames are not counted here.
     public var staleFramesWithOtherSalts: Int
+    /// Stale frames whose header is all zeros (page 0, salts 0): space SnapshotDB's VFS
+    /// preallocated past the frames under `synchronous = FULL`, not yet written.
+    public var zeroFilledFrames: Int
     /// Bytes at the end of the file that do not make a complete frame.
     public var trailingPartialBytes: Int
 
@@ -78,6 +82,7 @@ public struct WALSummary: Sendable, Codable, Equatable {
         case uncommittedFrames
         case staleFrames
         case staleFramesWithOtherSalts
+        case zeroFilledFrames
         case trailingPartialBytes
     }
 }

@@ -36,7 +36,7 @@ struct WALScan {
         var summary = WALSummary(
             path: path, sizeBytes: size, header: nil, frameSizeBytes: 0, frameSlots: 0, validFrames: 0,
             commitFrames: 0, lastCommitFrame: 0, uncommittedFrames: 0, staleFrames: 0,
-            staleFramesWithOtherSalts: 0, trailingPartialBytes: 0)
+            staleFramesWithOtherSalts: 0, zeroFilledFrames: 0, trailingPartialBytes: 0)
         guard size > 0 else {
             return WALScan(summary: summary, file: file, frames: includeFrames ? [] : nil)
         }
@@ -196,7 +196,9 @@ struct WALScan {
     private mutating func recordStaleFrame(_ frame: FrameHeader, header: WALHeader, index: Int, offset: Int64)
     {
         summary.staleFrames += 1
-        if frame.salt1 != header.salt1 || frame.salt2 != header.salt2 {
+        if frame.pageNumber == 0 && frame.salt1 == 0 && frame.salt2 == 0 {
+            summary.zeroFilledFrames += 1
+        } else if frame.salt1 != header.salt1 || frame.salt2 != header.salt2 {
             summary.staleFramesWithOtherSalts += 1
         }
         frames?.append(

@@ -1,0 +1,15 @@
+#ifndef SNAPSHOTDB_VFS_H
+#define SNAPSHOTDB_VFS_H
+
+// The VFS SnapshotDB opens its connections with: the default VFS of the process (unix on
+// Linux) with one change, WAL preallocation. See snapshotdb_vfs.c for the reasoning.
+
+// The number of bytes a WAL file is extended by, ahead of the frames written, once the WAL is
+// being synced on every commit (synchronous = FULL).
+#define SNAPSHOTDB_WAL_PREALLOCATION_BYTES (256 * 1024)
+
+// Registers the VFS (once per process; later calls do nothing) and returns its name for
+// sqlite3_open_v2, or NULL when SQLite has no default VFS to wrap or registration failed.
+const char *snapshotdb_vfs_name(void);
+
+#endif

@@ -1,0 +1,100 @@
+import Foundation
+import SnapshotDB
+import Testing
+
+/// The `snapshotdb` VFS extends the WAL with zeros ahead of its frames when every commit is
+/// synced (`Sources/CSnapshotDBVFS/snapshotdb_vfs.c`). These tests look at the real `-wal`
+/// file and read it back with foreign clients.
+@Suite("WAL preallocation")
+struct WALPreallocationTests {
+    static let commits = 20
+
+    /// The `-wal` as bytes, its frame size, and the offset just past its last commit frame.
+    struct WALFile {
+        let bytes: Data
+        let frameSize: Int
+        let commitFrameEnds: [Int]
+
+        init(path: String) throws {
+            bytes = try Data(contentsOf: URL(fileURLWithPath: path + "-wal"))
+            frameSize = 24 + bytes[8..<12].reduce(0) { $0 << 8 | Int($1) }
+            commitFrameEnds = DamagedFileTests.CrashCopy.commitFrameEnds(of: bytes)
+        }
+
+        var lastCommitEnd: Int { commitFrameEnds.last ?? 32 }
+    }
+
+    static func writeCommits(to db: Database) throws {
+        let writer = db.newConnection(name: "writer")
+        for index in 0..<commits {
+            try writer.readWrite {
+                try $0.set(Item(title: "row \(index)"), forKey: "\(index)", inCollection: "c")
+            }
+        }
+    }
+
+    @Test func underSynchronousFullTheWALIsExtendedWithZerosThatEveryClientReadsPast() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("full.sqlite").path
+            let db = try Database(path: path)
+            try Self.writeCommits(to: db)
+
+            let wal = try WALFile(path: path)
+            #expect(wal.commitFrameEnds.count == Self.commits)
+            // Zeros past the last frame, a whole number of frames, at most one preallocation.
+            #expect(wal.bytes.count > wal.lastCommitEnd)
+            #expect((wal.bytes.count - 32) % wal.frameSize == 0)
+            #expect(wal.bytes.count - wal.lastCommitEnd <= 256 * 1024 + 2 * wal.frameSize)
+            #expect(wal.bytes[wal.lastCommitEnd...].allSatisfy { $0 == 0 })
+
+            // A foreign client reading the live database sees every commit.
+            #expect(try sqlite3(path, "SELECT count(*) FROM snapshotdb_values") == "\(Self.commits)\n")
+            // A copy taken now, as a crash would leave the files, recovers every commit from the
+            // WAL and stops at the zeros.
+            let copy = directory.appendingPathComponent("copy.sqlite").path
+            try FileManager.default.copyItem(atPath: path, toPath: copy)
+            try FileManager.default.copyItem(atPath: path + "-wal", toPath: copy + "-wal")
+            #expect(try sqlite3(copy, "SELECT count(*) FROM snapshotdb_values") == "\(Self.commits)\n")
+            #expect(try isIntact(copy))
+            let reopened = try Database(path: copy)
+            #expect(reopened.latestCommit == UInt64(Self.commits))
+        }
+    }
+
+    @Test func underSynchronousNormalTheWALEndsAtItsLastFrame() throws {
+        var configuration = Configuration()
+        configuration.synchronous = .normal
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("normal.sqlite").path
+            let db = try Database(path: path, configuration: configuration)
+            try Self.writeCommits(to: db)
+            let wal = try WALFile(path: path)
+            #expect(wal.commitFrameEnds.count == Self.commits)
+            #expect(wal.bytes.count == wal.lastCommitEnd)
+        }
+    }
+
+    @Test func aWALResetReusesThePreallocatedFileAndTheZerosStayPastTheFrames() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("reset.sqlite").path
+            let db = try Database(path: path)
+            try Self.writeCommits(to: db)
+            let before = try WALFile(path: path)
+            #expect(try db.checkpoint(.restart).isComplete)
+            // Two commits after the reset: the file is overwritten from its start, not grown.
+            let writer = db.newConnection(name: "writer")
+            for index in 0..<2 {
+                try writer.readWrite {
+                    try $0.set(Item(title: "again \(index)"), forKey: "\(index)", inCollection: "c")
+                }
+            }
+            let after = try WALFile(path: path)
+            #expect(after.bytes.count == before.bytes.count)
+            #expect(try sqlite3(path, "SELECT count(*) FROM snapshotdb_values") == "\(Self.commits)\n")
+            #expect(
+                try sqlite3(path, "SELECT value FROM snapshotdb_meta WHERE name = 'commit'")
+                    == "\(Self.commits + 2)\n")
+            #expect(try isIntact(path))
+        }
+    }
+}
