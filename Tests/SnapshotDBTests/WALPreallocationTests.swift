@@ -2,10 +2,10 @@ import Foundation
 import SnapshotDB
 import Testing
 
-/// The `snapshotdb` VFS extends the WAL with zeros ahead of its frames when every commit is
-/// synced (`Sources/CSnapshotDBVFS/snapshotdb_vfs.c`). These tests look at the real `-wal`
-/// file and read it back with foreign clients.
-@Suite("WAL preallocation")
+/// The `snapshotdb` VFS (`Sources/CSnapshotDBVFS/snapshotdb_vfs.c`) extends the WAL with zeros
+/// ahead of its frames when every commit is synced, and writes each frame's header and page in
+/// one write. These tests look at the real `-wal` file and read it back with foreign clients.
+@Suite("The snapshotdb VFS: WAL preallocation, one write per frame")
 struct WALPreallocationTests {
     static let commits = 20
 
@@ -71,6 +71,45 @@ struct WALPreallocationTests {
             let wal = try WALFile(path: path)
             #expect(wal.commitFrameEnds.count == Self.commits)
             #expect(wal.bytes.count == wal.lastCommitEnd)
+        }
+    }
+
+    /// A transaction bigger than SQLite's page cache spills frames to the WAL before it commits;
+    /// pages it changes again are rewritten in place, and at commit SQLite reads those frames
+    /// back and rewrites their headers' checksums. The VFS writes those headers at once (only a
+    /// header followed by its page is held back), so a crash copy taken right after the commit,
+    /// with no sync in NORMAL, recovers the whole transaction.
+    @Test(arguments: [Configuration.Synchronous.full, .normal])
+    func aSpilledTransactionWhosePagesChangeAgainSurvivesACrashCopy(
+        _ synchronous: Configuration.Synchronous
+    ) throws {
+        var configuration = Configuration()
+        configuration.synchronous = synchronous
+        // No checkpoint: the commit must be recovered from the WAL alone.
+        configuration.checkpointThresholdPages = 1_000_000
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("spill.sqlite").path
+            let db = try Database(path: path, configuration: configuration)
+            let rows = 6_000
+            let writer = db.newConnection(name: "writer")
+            // Not the WAL's first transaction (after which SQLite looks at the file's size).
+            try writer.readWrite { try $0.setData(Data([0]), forKey: "0", inCollection: "c") }
+            try writer.readWrite { txn in
+                for index in 0..<rows {
+                    try txn.setData(Data(repeating: 1, count: 1_000), forKey: "\(index)", inCollection: "c")
+                }
+                for index in 0..<100 {
+                    try txn.setData(Data(repeating: 2, count: 1_000), forKey: "\(index)", inCollection: "c")
+                }
+            }
+            let copy = directory.appendingPathComponent("copy.sqlite").path
+            try FileManager.default.copyItem(atPath: path, toPath: copy)
+            try FileManager.default.copyItem(atPath: path + "-wal", toPath: copy + "-wal")
+            #expect(try sqlite3(copy, "SELECT count(*) FROM snapshotdb_values") == "\(rows)\n")
+            #expect(
+                try sqlite3(copy, "SELECT hex(substr(data, 1, 2)) FROM snapshotdb_values WHERE key = '42'")
+                    == "0202\n")
+            #expect(try isIntact(copy))
         }
     }
 

@@ -108,6 +108,7 @@ final class Runner {
                 case .worst:
                     value = measured.max() ?? .zero
                     percentiles[engine.engineName, default: []].append(percentile(measured, 0.99))
+                    reportSlowest(measured, engine: engine.engineName, workload: workload.id)
                 }
                 samples[engine.engineName, default: []].append(value)
             }
@@ -117,6 +118,19 @@ final class Runner {
             percentile99: percentiles.mapValues(median),
             rounds: samples
         )
+    }
+
+    /// With `SNAPSHOTDB_BENCHMARK_SLOWEST=N` in the environment, prints the N slowest operations
+    /// of each round of a `worst` row, with their index, to standard error: how the rows' worst
+    /// commits were traced to the checkpoint that met them.
+    private func reportSlowest(_ measured: [Duration], engine: String, workload: String) {
+        guard let text = ProcessInfo.processInfo.environment["SNAPSHOTDB_BENCHMARK_SLOWEST"],
+            let count = Int(text), count > 0
+        else { return }
+        let slowest = measured.enumerated().sorted { $0.element > $1.element }.prefix(count)
+        let list = slowest.map { "#\($0.offset) \(format(seconds: $0.element.seconds))" }
+            .joined(separator: ", ")
+        FileHandle.standardError.write(Data("  \(workload) \(engine): \(list)\n".utf8))
     }
 
     /// One round of a chunked workload: every engine's database is opened (and loaded), then the

@@ -246,16 +246,22 @@ final class Checkpointer: Sendable {
         let startedAt = ContinuousClock.now
         let before = database.snapshotRecords()
         var final: CheckpointResult?
-        // Writers keep appending while a checkpoint copies; another pass or two bring the
-        // backlog under the threshold, so that the reset, which holds writers back, has little
-        // left to copy.
-        for _ in 0..<3 {
+        // Writers keep appending while a checkpoint copies. The reset holds them back while it
+        // copies what is left and syncs the database file, so further, shorter passes first
+        // bring that backlog down to what one short pass lets writers append: each commit
+        // waits at most for a few dozen pages and one `fsync`, not for the pages of a whole
+        // pass (which made the commit that met the first reset of a run its slowest).
+        var previousBacklog = Int.max
+        for _ in 0..<Self.maximumPassivePasses {
             let generationBefore = state.withLock { $0.generationCount }
             guard let passive = try? perform(.passive) else { break }
             absorb(passive, generationBefore: generationBefore)
             final = passive
             let backlog = state.withLock { $0.walFrames } - passive.checkpointedFrames
-            if !passive.isComplete || backlog <= configuration.checkpointThresholdPages { break }
+            if !passive.isComplete || backlog <= resetBacklogFrames || backlog * 2 > previousBacklog {
+                break
+            }
+            previousBacklog = backlog
         }
         if let passive = final, passive.isComplete, passive.walFrames > 0, canReset(before) {
             switch resetWAL(database) {
@@ -281,6 +287,13 @@ final class Checkpointer: Sendable {
         }
         evaluate(database, before: before, startedAt: startedAt, result: final)
     }
+
+    /// At most this many PASSIVE passes run before a reset.
+    static let maximumPassivePasses = 5
+
+    /// The backlog, in frames, a reset may be left to copy under the writer lock: a thirty-second
+    /// of the threshold (31 frames by default), at least 16.
+    private var resetBacklogFrames: Int { max(16, configuration.checkpointThresholdPages / 32) }
 
     /// How many times in a row a reset that nothing pinned is retried before waiting for the
     /// next commit to ask again.
