@@ -55,8 +55,9 @@ typedef struct WALFile {
     sqlite3_file base;
     /// The default VFS's file, stored right after this struct.
     sqlite3_file *real;
-    /// The file's size as of this handle's last write, truncation or WAL reset; -1 when unknown.
-    /// Another connection may have changed it since; the real size is read before extending.
+    /// The file's size as this handle last read it (fstat) or set it (preallocation,
+    /// truncation); -1 when unknown or after a WAL reset. Another connection may have changed
+    /// it since; the real size is read again before extending.
     sqlite3_int64 knownSize;
     /// The database page size read from the WAL header, 0 until known.
     int pageSize;
@@ -142,11 +143,11 @@ static void preallocate(WALFile *file, sqlite3_int64 end) {
     if (real->pMethods->xFileSize(real, &size) != SQLITE_OK) return;
     file->knownSize = size;
     if (end < WAL_HEADER_BYTES) end = WAL_HEADER_BYTES;
+    // Extend only once the file's end is within one frame of the write, and only past it.
+    if (size - end >= frame) return;
     sqlite3_int64 frames = (end - WAL_HEADER_BYTES + frame - 1) / frame;
     sqlite3_int64 extra = (SNAPSHOTDB_WAL_PREALLOCATION_BYTES + frame - 1) / frame;
     sqlite3_int64 target = WAL_HEADER_BYTES + (frames + extra) * frame;
-    // Extend only once the file's end is within one frame of the write, and only past it.
-    if (size - end >= frame) return;
     for (sqlite3_int64 at = size; at < target;) {
         sqlite3_int64 remaining = target - at;
         int amount = remaining < ZERO_BLOCK_BYTES ? (int)remaining : ZERO_BLOCK_BYTES;
@@ -170,10 +171,11 @@ static int releaseHeader(WALFile *file) {
 
 static int walClose(sqlite3_file *base) {
     WALFile *file = (WALFile *)base;
-    releaseHeader(file);
+    int released = releaseHeader(file);
     sqlite3_free(file->frameBuffer);
     file->frameBuffer = NULL;
-    return file->real->pMethods->xClose(file->real);
+    int rc = file->real->pMethods->xClose(file->real);
+    return rc != SQLITE_OK ? rc : released;
 }
 
 static int walRead(sqlite3_file *base, void *buffer, int amount, sqlite3_int64 offset) {
@@ -227,11 +229,7 @@ static int walWrite(sqlite3_file *base, const void *buffer, int amount, sqlite3_
     int rc = writeThrough(file, buffer, amount, offset);
     if (rc != SQLITE_OK) return rc;
     sqlite3_int64 end = offset + amount;
-    if (file->syncsCommits && (file->knownSize < 0 || end > file->knownSize)) {
-        preallocate(file, end);
-    } else if (file->knownSize >= 0 && end > file->knownSize) {
-        file->knownSize = end;
-    }
+    if (file->syncsCommits && (file->knownSize < 0 || end > file->knownSize)) preallocate(file, end);
     return SQLITE_OK;
 }
 

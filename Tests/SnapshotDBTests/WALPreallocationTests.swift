@@ -33,6 +33,15 @@ struct WALPreallocationTests {
         }
     }
 
+    /// A copy of the database and its `-wal` as they are now, without the `-shm`: what a crash
+    /// of every process would leave. Returns the copy's path.
+    static func crashCopy(of path: String, in directory: URL) throws -> String {
+        let copy = directory.appendingPathComponent("copy.sqlite").path
+        try FileManager.default.copyItem(atPath: path, toPath: copy)
+        try FileManager.default.copyItem(atPath: path + "-wal", toPath: copy + "-wal")
+        return copy
+    }
+
     @Test func underSynchronousFullTheWALIsExtendedWithZerosThatEveryClientReadsPast() throws {
         try withTemporaryDirectory { directory throws in
             let path = directory.appendingPathComponent("full.sqlite").path
@@ -51,9 +60,7 @@ struct WALPreallocationTests {
             #expect(try sqlite3(path, "SELECT count(*) FROM snapshotdb_values") == "\(Self.commits)\n")
             // A copy taken now, as a crash would leave the files, recovers every commit from the
             // WAL and stops at the zeros.
-            let copy = directory.appendingPathComponent("copy.sqlite").path
-            try FileManager.default.copyItem(atPath: path, toPath: copy)
-            try FileManager.default.copyItem(atPath: path + "-wal", toPath: copy + "-wal")
+            let copy = try Self.crashCopy(of: path, in: directory)
             #expect(try sqlite3(copy, "SELECT count(*) FROM snapshotdb_values") == "\(Self.commits)\n")
             #expect(try isIntact(copy))
             let reopened = try Database(path: copy)
@@ -102,9 +109,7 @@ struct WALPreallocationTests {
                     try txn.setData(Data(repeating: 2, count: 1_000), forKey: "\(index)", inCollection: "c")
                 }
             }
-            let copy = directory.appendingPathComponent("copy.sqlite").path
-            try FileManager.default.copyItem(atPath: path, toPath: copy)
-            try FileManager.default.copyItem(atPath: path + "-wal", toPath: copy + "-wal")
+            let copy = try Self.crashCopy(of: path, in: directory)
             #expect(try sqlite3(copy, "SELECT count(*) FROM snapshotdb_values") == "\(rows)\n")
             #expect(
                 try sqlite3(copy, "SELECT hex(substr(data, 1, 2)) FROM snapshotdb_values WHERE key = '42'")
