@@ -387,7 +387,7 @@ struct CheckpointTests {
             var seen: Set<UInt64> = []
             for round in 0..<3 {
                 try writeCommits(writer, count: 2, valuesPerCommit: 1, valueBytes: 20, offset: round * 10)
-                let fromIndex = try #require(db.checkpointer.state.withLock { $0.generation })
+                let fromIndex = try #require(db.checkpointer.state.withLock { $0.wal.generation })
                 #expect(WALGenerationReader(walPath: db.path + "-wal").read() == fromIndex)
                 seen.insert(fromIndex)
                 try db.checkpoint(.restart)

@@ -9,8 +9,12 @@ internal import Synchronization
 /// shell) is delivered with ``isExternal`` set: its keys are unknown, so every `hasChange`
 /// question answers `true`.
 public struct Changeset: Sendable, Hashable {
-    /// The commit number this changeset produced.
-    public let commit: UInt64
+    /// The commit number this changeset produced: the last of ``commits``.
+    public var commit: UInt64 { commits.upperBound }
+    /// The commit numbers this changeset stands for: one number for a commit of this process;
+    /// for commits found made by another process, every number the commit counter jumped, so
+    /// that a jump of any size costs one changeset.
+    public let commits: ClosedRange<UInt64>
     /// Keys written (inserted or replaced) per collection.
     public var setKeys: [String: Set<String>] { keys.sets.setKeys }
     /// Keys removed per collection.
@@ -21,7 +25,7 @@ public struct Changeset: Sendable, Hashable {
     public let clearedAllCollections: Bool
     /// The name of the connection that wrote the commit; `nil` for an external commit.
     public let connectionName: String?
-    /// When the commit was published.
+    /// When the commit was published: when this process learnt that SQLite had committed it.
     public let date: Date
     /// Free-form information the writing transaction attached (``ReadWriteTransaction/info``).
     public let info: [String: String]
@@ -40,7 +44,7 @@ public struct Changeset: Sendable, Hashable {
         isExternal: Bool = false
     ) {
         self.init(
-            commit: commit,
+            commits: commit...commit,
             keys: ChangedKeys(
                 KeySets(setKeys: setKeys, removedKeys: removedKeys, clearedCollections: clearedCollections)),
             clearedAllCollections: clearedAllCollections, connectionName: connectionName, date: date,
@@ -48,10 +52,10 @@ public struct Changeset: Sendable, Hashable {
     }
 
     init(
-        commit: UInt64, keys: ChangedKeys, clearedAllCollections: Bool, connectionName: String?, date: Date,
-        info: [String: String], isExternal: Bool
+        commits: ClosedRange<UInt64>, keys: ChangedKeys, clearedAllCollections: Bool, connectionName: String?,
+        date: Date, info: [String: String], isExternal: Bool
     ) {
-        self.commit = commit
+        self.commits = commits
         self.keys = keys
         self.clearedAllCollections = clearedAllCollections
         self.connectionName = connectionName
@@ -60,16 +64,31 @@ public struct Changeset: Sendable, Hashable {
         self.isExternal = isExternal
     }
 
+    /// The external changeset of the commits `commits`, made outside this `Database`.
+    static func external(_ commits: ClosedRange<UInt64>, date: Date = Date()) -> Changeset {
+        Changeset(
+            commits: commits, keys: ChangedKeys(KeySets()), clearedAllCollections: false, connectionName: nil,
+            date: date, info: [:], isExternal: true)
+    }
+
+    /// This changeset with its ``date`` set to `date`: the moment it is published.
+    func published(at date: Date) -> Changeset {
+        Changeset(
+            commits: commits, keys: keys, clearedAllCollections: clearedAllCollections,
+            connectionName: connectionName, date: date, info: info, isExternal: isExternal)
+    }
+
     /// Whether two changesets are equal in every property, key sets included.
     public static func == (lhs: Changeset, rhs: Changeset) -> Bool {
-        lhs.commit == rhs.commit && lhs.clearedAllCollections == rhs.clearedAllCollections
+        lhs.commits == rhs.commits && lhs.clearedAllCollections == rhs.clearedAllCollections
             && lhs.connectionName == rhs.connectionName && lhs.date == rhs.date && lhs.info == rhs.info
             && lhs.isExternal == rhs.isExternal && lhs.keys.sets == rhs.keys.sets
     }
 
     /// Hashes every property, key sets included.
     public func hash(into hasher: inout Hasher) {
-        hasher.combine(commit)
+        hasher.combine(commits.lowerBound)
+        hasher.combine(commits.upperBound)
         hasher.combine(clearedAllCollections)
         hasher.combine(connectionName)
         hasher.combine(date)
@@ -235,9 +254,12 @@ struct ChangesetBuilder {
 
     /// The changeset of this transaction; its key sets are folded from the log on first use.
     func build(commit: UInt64, connectionName: String, info: [String: String]) -> Changeset {
+        // The date is set again when the commit is published.
         Changeset(
-            commit: commit, keys: ChangedKeys(log: operations), clearedAllCollections: clearedAllCollections,
-            connectionName: connectionName, date: Date(), info: info, isExternal: false)
+            commits: commit...commit, keys: ChangedKeys(log: operations),
+            clearedAllCollections: clearedAllCollections, connectionName: connectionName, date: Date(),
+            info: info,
+            isExternal: false)
     }
 
     /// Folds a log into key sets: the last operation on a key wins, and a cleared collection

@@ -27,11 +27,7 @@ extension Database {
     public func changes() -> AsyncStream<Changeset> {
         let (stream, continuation) = AsyncStream<Changeset>.makeStream(
             bufferingPolicy: .bufferingOldest(max(1, configuration.changesBufferLimit)))
-        let id = state.withLock { state in
-            let id = state.makeID()
-            state.subscribers[id] = .stream(continuation)
-            return id
-        }
+        let id = state.withLock { $0.subscribers.add(.stream(continuation)) }
         let database = WeakDatabase(self)
         continuation.onTermination = { _ in
             database.database?.removeSubscriber(id)
@@ -46,25 +42,18 @@ extension Database {
     public func addObserver(
         on queue: DispatchQueue = .main, _ body: @escaping @Sendable (Changeset) -> Void
     ) -> ChangeObserver {
-        let id = state.withLock { state in
-            let id = state.makeID()
-            state.subscribers[id] = .observer(queue, body)
-            return id
-        }
+        let id = state.withLock { $0.subscribers.add(.observer(queue, body)) }
         return ChangeObserver(database: WeakDatabase(self), id: id)
     }
 
     func removeSubscriber(_ id: Int) {
-        let removed = state.withLock { $0.subscribers.removeValue(forKey: id) }
+        let removed = state.withLock { $0.subscribers.remove(id) }
         if case .stream(let continuation) = removed { continuation.finish() }
     }
 
     func finishSubscribers() {
-        let subscribers = state.withLock { state in
-            defer { state.subscribers = [:] }
-            return state.subscribers
-        }
-        for case .stream(let continuation) in subscribers.values { continuation.finish() }
+        let streams = state.withLock { $0.subscribers.removeAll() }
+        for continuation in streams { continuation.finish() }
     }
 }
 

@@ -45,10 +45,7 @@ final class ReseatAttempt: Sendable {
 
     /// Waits up to `timeout` for the request to start, then for it to finish.
     func wait(timeout: Duration) -> BookmarkReseat {
-        let nanoseconds =
-            Int(clamping: timeout.components.seconds * 1_000_000_000)
-            + Int(timeout.components.attoseconds / 1_000_000_000)
-        if done.wait(timeout: .now() + .nanoseconds(nanoseconds)) == .timedOut {
+        if done.wait(timeout: .now() + timeout.dispatchInterval) == .timedOut {
             let cancelled = phase.withLock { phase in
                 guard case .pending = phase else { return false }
                 phase = .cancelled

@@ -16,7 +16,8 @@ extension Checkpointer {
         var warn = false
         var recovered = false
         var allClear = false
-        var subscribers: [AsyncStream<CheckpointEvent>.Continuation] = []
+        /// A copy of the subscribers, to deliver to outside the state lock.
+        var events = Subscribers<CheckpointEvent>(finishesOverflowingStreams: false)
     }
 
     /// Updates the monitor after a checkpoint that started at `startedAt` and returned `result`
@@ -31,7 +32,7 @@ extension Checkpointer {
     /// when the checkpoint started, a reader of another process, or else a stall that
     /// persists from one checkpoint to the next.
     func evaluate(
-        _ database: Database, before: (latest: UInt64, records: [ConnectionRecord]),
+        _ database: Database, before: (latest: UInt64, records: [SnapshotRecord]),
         startedAt: ContinuousClock.Instant,
         result: CheckpointResult?
     ) {
@@ -42,7 +43,7 @@ extension Checkpointer {
             let floor = state.withLock { state in
                 before.records.compactMap { record in
                     record.snapshot.flatMap {
-                        $0 < before.latest ? state.frameMap.endFrame(ofSnapshot: $0) : nil
+                        $0 < before.latest ? state.wal.frameMap.endFrame(ofSnapshot: $0) : nil
                     }
                 }.min()
             }
@@ -57,14 +58,14 @@ extension Checkpointer {
                 state.isStalled = stalled
                 state.externallyPinnedFrames = unexplained
             }
-            state.frameMap.prune(keepingSnapshotsFrom: min(oldest, before.latest))
+            state.wal.prune(keepingSnapshotsFrom: min(oldest, before.latest))
         }
         let status = self.status(of: database, probingLocks: stalled)
         metrics.recordWALBytes(status.walBytes)
         metrics.recordLag(status)
 
         let now = ContinuousClock.now
-        let openBeforeCheckpoint = Self.seconds(now - startedAt)
+        let openBeforeCheckpoint = (now - startedAt).timeInterval
         let candidates = status.laggingSnapshots.filter {
             $0.isBookmark || $0.secondsHeld >= openBeforeCheckpoint
         }
@@ -110,7 +111,7 @@ extension Checkpointer {
                 state.monitor = MonitorState(wasStalled: state.monitor.wasStalled)
             }
             if verdict.stalled || verdict.warn || verdict.recovered {
-                verdict.subscribers = Array(state.subscribers.values)
+                verdict.events = state.subscribers
             }
             return verdict
         }
@@ -130,11 +131,10 @@ extension Checkpointer {
                 "the WAL is back to \(ByteCount(status.walBytes)); no snapshot pins it any more",
                 metadata: ["wal_bytes": "\(status.walBytes)"])
         }
-        for continuation in verdict.subscribers {
-            if verdict.stalled { continuation.yield(.checkpointStalled(status)) }
-            if verdict.warn { continuation.yield(.walOverWarning(status)) }
-            if verdict.recovered { continuation.yield(.recovered(status)) }
-        }
+        var events = verdict.events
+        if verdict.stalled { _ = events.deliver(.checkpointStalled(status)) }
+        if verdict.warn { _ = events.deliver(.walOverWarning(status)) }
+        if verdict.recovered { _ = events.deliver(.recovered(status)) }
     }
 
     /// The current status; `probingLocks` lists the readers of other processes (one read of
@@ -147,16 +147,15 @@ extension Checkpointer {
             let pins = snapshots.records.compactMap { record -> SnapshotPin? in
                 guard let commit = record.snapshot else { return nil }
                 let behind = snapshots.latest > commit ? snapshots.latest - commit : 0
-                let pinnedFrames =
-                    behind > 0 ? max(0, state.walFrames - state.frameMap.endFrame(ofSnapshot: commit)) : 0
+                let pinnedFrames = state.wal.pinnedFrames(bySnapshot: commit, latest: snapshots.latest)
                 let held = record.since.map { now - $0 } ?? .zero
                 return SnapshotPin(
                     connectionName: record.name, commit: commit, commitsBehind: behind,
-                    secondsHeld: Self.seconds(held), isBookmark: record.isBookmark,
+                    secondsHeld: held.timeInterval, isBookmark: record.isBookmark,
                     pinnedBytes: Int64(pinnedFrames) * frameBytes)
             }
             return (
-                pins: pins, walFrames: state.walFrames, checkpointed: state.checkpointedFrames,
+                pins: pins, walFrames: state.wal.walFrames, checkpointed: state.wal.checkpointedFrames,
                 stalled: state.isStalled, external: state.externallyPinnedFrames,
                 atOpen: state.walBytesAtOpen
             )
@@ -189,16 +188,14 @@ extension Checkpointer {
             bufferingPolicy: .bufferingNewest(256))
         let id = state.withLock { state -> Int? in
             guard !state.isClosed else { return nil }
-            state.nextSubscriberID += 1
-            state.subscribers[state.nextSubscriberID] = continuation
-            return state.nextSubscriberID
+            return state.subscribers.add(.stream(continuation))
         }
         guard let id else {
             continuation.finish()
             return stream
         }
         continuation.onTermination = { [weak self] _ in
-            _ = self?.state.withLock { $0.subscribers.removeValue(forKey: id) }
+            _ = self?.state.withLock { $0.subscribers.remove(id) }
         }
         return stream
     }

@@ -23,7 +23,7 @@ extension Database {
     ///   `passive` from inside a read-write transaction.
     @discardableResult
     public func checkpoint(_ mode: CheckpointMode) throws(DatabaseError) -> CheckpointResult {
-        if mode != .passive && writerLock.isHeldByCurrentThread {
+        if mode != .passive && writer.lock.isHeldByCurrentThread {
             throw DatabaseError(
                 .misuse,
                 "checkpoint(.\(mode)) was called inside a read-write transaction of this database, "
@@ -64,11 +64,6 @@ extension Database {
     /// Waits until every checkpoint queued so far has run (for tests).
     func waitForCheckpoints() {
         checkpointer.waitForIdle()
-    }
-
-    /// The newest commit and a copy of every connection's record.
-    func snapshotRecords() -> (latest: UInt64, records: [ConnectionRecord]) {
-        state.withLock { state in (state.latestCommit, Array(state.connections.values)) }
     }
 
     /// Throws `walLimitExceeded` when the configured hard WAL limit is passed and snapshots

@@ -8,8 +8,8 @@
 ///
 /// When the WAL restarts, every older commit ends at frame 0 of the new generation: a snapshot
 /// from before the restart (a reader of the database file alone) pins every frame of it.
-struct WALFrameMap {
-    private struct Entry {
+struct WALFrameMap: Equatable {
+    private struct Entry: Equatable {
         var commit: UInt64
         var endFrame: Int
     }

@@ -23,14 +23,16 @@ public final class Connection: Sendable {
     let id: Int
     private let queue: DispatchQueue
     private let core: ConnectionCore
+    private let record: ConnectionRecord
 
     init(database: Database, name: String) {
         self.name = name
         self.database = database
-        self.id = database.registerConnection(name: name)
+        self.record = database.registerConnection(name: name)
+        self.id = record.id
         self.queue = DispatchQueue(label: "snapshotdb.connection.\(name)")
-        self.core = ConnectionCore(database: database, name: name, id: id)
-        database.updateConnection(id) { $0.connection = self }
+        self.core = ConnectionCore(database: database, name: name, record: record)
+        record.update { $0.connection = self }
     }
 
     /// Asks the connection to take its bookmark at `commit` again (see
@@ -195,13 +197,13 @@ public final class Connection: Sendable {
 
     /// Whether the connection holds a bookmark.
     public var isInLongLivedReadTransaction: Bool {
-        database.connectionRecord(id)?.isBookmark ?? false
+        record.bookmark != nil
     }
 
     /// The commit this connection's bookmark sees, or else the commit its last transaction saw.
     public var snapshot: UInt64 {
-        guard let record = database.connectionRecord(id) else { return 0 }
-        return record.snapshot ?? record.lastSnapshot
+        let current = record.current
+        return current.snapshot ?? current.lastSnapshot
     }
 }
 

@@ -101,17 +101,3 @@ public struct Configuration: Sendable {
     /// Creates a configuration with every default.
     public init() {}
 }
-
-extension Duration {
-    /// The duration in the 32-bit milliseconds `sqlite3_busy_timeout` takes: clamped to
-    /// `0...Int32.max` (about 24 days), negative durations giving 0 (do not wait). Computed from
-    /// the integer components, so no duration can overflow or trap.
-    var sqliteMilliseconds: Int32 {
-        let (seconds, attoseconds) = components
-        guard seconds >= 0, attoseconds >= 0 else { return 0 }
-        let (milliseconds, overflow) = seconds.multipliedReportingOverflow(by: 1_000)
-        guard !overflow else { return .max }
-        let total = milliseconds.addingReportingOverflow(attoseconds / 1_000_000_000_000_000)
-        return total.overflow ? .max : Int32(clamping: total.partialValue)
-    }
-}

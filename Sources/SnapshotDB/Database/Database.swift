@@ -28,11 +28,10 @@ public final class Database: Sendable {
     /// The configuration the database was opened with.
     public let configuration: Configuration
 
-    /// One writer at a time in this process: read-write transactions queue here instead of
-    /// spinning on `SQLITE_BUSY`. A lock rather than `Mutex` because it is held across the
-    /// caller's closure, which returns an arbitrary value; the checkpointer can take it with
-    /// priority for a WAL reset.
-    let writerLock = WriterLock()
+    /// The single writer: every commit of this process is made there (see ``Writer``).
+    let writer = Writer()
+    /// Faults injected by tests (debug builds only).
+    let faults = FaultInjector()
     let state: Mutex<DatabaseState>
     let checkpointer: Checkpointer
     /// The last WAL-index header whose commit counter a transaction read or a writer made, with
@@ -93,7 +92,7 @@ public final class Database: Sendable {
             try Schema.prepare(setup, path: resolved)
             try setup.configureForSnapshotDB(
                 synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
-            let latest = try Self.readCommitCounter(setup)
+            let latest = try setup.readCommitState().commit
             let pageSize = try setup.pageSize()
             self.path = resolved
             self.configuration = configuration
@@ -151,11 +150,6 @@ public final class Database: Sendable {
             state.codecsFrozen = true
             return state.codecs
         }
-    }
-
-    static func readCommitCounter(_ handle: SQLiteHandle) throws(DatabaseError) -> UInt64 {
-        let value = try handle.int64("SELECT value FROM snapshotdb_meta WHERE name = 'commit'") ?? 0
-        return UInt64(max(0, value))
     }
 
     /// SQLite can read a WAL database only with its `-wal` and `-shm` files; when it cannot

@@ -60,6 +60,11 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         public static let walLimitExceeded = Code("walLimitExceeded")
         /// The API was used in a way it does not allow (for example a nested transaction).
         public static let misuse = Code("misuse")
+        /// A connection's bookmark could not be kept (it could not be taken again at its commit
+        /// during a WAL reset) and was released; thrown once, by the connection's next read or
+        /// write. The next ``Connection/beginLongLivedReadTransaction()`` returns every commit
+        /// since the last one it returned.
+        public static let bookmarkLost = Code("bookmarkLost")
         /// Any other SQLite error; ``DatabaseError/sqliteCode`` holds SQLite's result code.
         public static let sqlite = Code("sqlite")
 
@@ -84,18 +89,39 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
     public let key: String?
     /// The Swift type involved in a decoding or encoding failure.
     public let typeName: String?
+    /// The underlying error, when there is one: the codec's error for `encodingFailed` and
+    /// `decodingFailed`, the SQLite error that ended a transaction. Not part of equality.
+    public let cause: (any Error)?
 
     /// Creates an error; SnapshotDB creates these, clients usually only match them.
     public init(
         _ code: Code, _ message: String, sqliteCode: Int32? = nil, collection: String? = nil,
-        key: String? = nil, typeName: String? = nil
+        key: String? = nil, typeName: String? = nil, cause: (any Error)? = nil
     ) {
+        self.cause = cause
         self.code = code
         self.message = message
         self.sqliteCode = sqliteCode
         self.collection = collection
         self.key = key
         self.typeName = typeName
+    }
+
+    /// Whether two errors have the same code, message, SQLite code, collection, key and type
+    /// (their causes are not compared).
+    public static func == (lhs: DatabaseError, rhs: DatabaseError) -> Bool {
+        lhs.code == rhs.code && lhs.message == rhs.message && lhs.sqliteCode == rhs.sqliteCode
+            && lhs.collection == rhs.collection && lhs.key == rhs.key && lhs.typeName == rhs.typeName
+    }
+
+    /// Hashes what ``==`` compares.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(code)
+        hasher.combine(message)
+        hasher.combine(sqliteCode)
+        hasher.combine(collection)
+        hasher.combine(key)
+        hasher.combine(typeName)
     }
 
     /// `code: message`, plus SQLite's result code when there is one.

@@ -44,6 +44,17 @@ final class WriterLock: @unchecked Sendable {
         condition.unlock()
     }
 
+    /// Takes the lock if it is free and no priority request waits, without waiting; returns
+    /// whether it was taken.
+    func tryLock() -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !isHeld && priorityWaiters == 0 else { return false }
+        isHeld = true
+        owner = pthread_self()
+        return true
+    }
+
     /// Releases the lock and wakes its waiters.
     func unlock() {
         condition.lock()

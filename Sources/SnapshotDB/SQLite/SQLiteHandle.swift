@@ -22,8 +22,9 @@ final class SQLiteHandle {
     /// a transaction; `nil` until then, and for read-only handles.
     private var walIndex: UnsafeRawPointer?
     private var walIndexLookedUp: Bool
-    /// Told about every commit on this handle (see ``setWALHook(_:)``).
-    private var walHookTarget: Checkpointer?
+    /// Where the last commit on this handle ended in the WAL, as `sqlite3_wal_hook` reported it
+    /// (see ``recordCommitFrames()``); taken by the ``Writer`` after its `COMMIT`.
+    private var lastCommitFrames: WALCommitFrames?
 
     /// Opens `path` (`sqlite3_open_v2`) read-write without creating it: SnapshotDB creates new
     /// files itself so that it controls their mode. Handles use the `snapshotdb` VFS, the
@@ -124,6 +125,23 @@ final class SQLiteHandle {
         walIndex = snapshotdb_wal_index(pointer).map { UnsafeRawPointer($0) }
     }
 
+    /// Whether a `ROLLBACK` failed on this handle: it may still be inside a transaction it
+    /// cannot end, and its owner replaces it (closing a handle rolls back what it had open).
+    private(set) var isBroken = false
+
+    /// Ends the open transaction, if any, without committing.
+    ///
+    /// - Throws: the error of a `ROLLBACK` that failed; the handle is then ``isBroken``.
+    func rollback() throws(DatabaseError) {
+        guard !isAutocommit else { return }
+        do {
+            try statement(.rollback).execute()
+        } catch {
+            isBroken = true
+            throw error
+        }
+    }
+
     /// Whether the handle is outside any transaction (`sqlite3_get_autocommit`).
     var isAutocommit: Bool { sqlite3_get_autocommit(pointer) != 0 }
 
@@ -148,6 +166,23 @@ final class SQLiteHandle {
             "PRAGMA synchronous = \(synchronous == .full ? "FULL" : "NORMAL");"
                 + " PRAGMA journal_size_limit = \(journalSizeLimit);")
     }
+}
+
+/// Where a commit ended in the WAL: its end frame (the WAL's size in frames once the commit is
+/// in it) and the WAL's generation (its header's salts; `nil` when the WAL-index header was
+/// being rewritten).
+struct WALCommitFrames: Equatable, Sendable {
+    var endFrame: Int
+    var generation: UInt64?
+}
+
+/// What a transaction's snapshot says of the commit counter.
+struct CommitState: Equatable, Sendable {
+    /// The persisted commit counter.
+    var commit: UInt64
+    /// How many foreign writes (rows changed by clients that fire the schema's triggers) are not
+    /// yet sealed with a commit number of their own; 0 when every change has a number.
+    var unsealed: Int64
 }
 
 /// A copy of the WAL-index header: it identifies the commit of the WAL a read transaction
@@ -261,20 +296,51 @@ extension SQLiteHandle {
             isComplete: !busy && walFrames == checkpointedFrames)
     }
 
-    /// Calls `checkpointer.walDidGrow(pages:generation:)` after every commit on this handle
-    /// (`sqlite3_wal_hook`), with the WAL's generation read from this handle's WAL-index
-    /// mapping. The hook's context is the handle itself, which SQLite calls back only while it
-    /// is open.
-    func setWALHook(_ checkpointer: Checkpointer) {
-        walHookTarget = checkpointer
+    /// Records where each commit on this handle ends in the WAL (`sqlite3_wal_hook`), for the
+    /// ``Writer`` to hand to the checkpointer with the commit (``takeCommitFrames()``). The hook
+    /// only records: the checkpointer hears of each commit once, from the writer. Its context is
+    /// the handle itself, which SQLite calls back only while it is open.
+    func recordCommitFrames() {
         sqlite3_wal_hook(
             pointer,
             { context, _, _, pages in
                 guard let context else { return SQLITE_OK }
                 let handle = Unmanaged<SQLiteHandle>.fromOpaque(context).takeUnretainedValue()
-                handle.walHookTarget?.walDidGrow(pages: Int(pages), generation: handle.walGeneration())
+                handle.lastCommitFrames = WALCommitFrames(
+                    endFrame: Int(pages), generation: handle.walGeneration())
                 return SQLITE_OK
             }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// Where the last commit on this handle ended in the WAL, once; `nil` when no commit was
+    /// recorded since the last call.
+    func takeCommitFrames() -> WALCommitFrames? {
+        defer { lastCommitFrames = nil }
+        return lastCommitFrames
+    }
+
+    /// Runs `body` with the busy timeout set to `timeout`, then restores `configured`.
+    func withBusyTimeout<T, E: Error>(
+        _ timeout: Duration, restoring configured: Duration, _ body: () throws(E) -> T
+    ) throws(E) -> T {
+        setBusyTimeout(milliseconds: timeout.sqliteMilliseconds)
+        defer { setBusyTimeout(milliseconds: configured.sqliteMilliseconds) }
+        return try body()
+    }
+
+    /// The commit counter and the number of foreign writes not yet sealed, read in the open
+    /// transaction (the first read of a deferred transaction also fixes its snapshot).
+    ///
+    /// - Throws: `corrupt` when rows of `snapshotdb_meta` are missing (another client deleted
+    ///   them): without them commits would be numbered wrong or not at all.
+    func readCommitState() throws(DatabaseError) -> CommitState {
+        let statement = try statement(.readState)
+        defer { statement.reset() }
+        // The scalar subqueries always give a row; NULLs mean rows were deleted.
+        guard try statement.step(), !statement.isNull(at: 0), !statement.isNull(at: 1) else {
+            throw Schema.damagedMetadata(path: path)
+        }
+        return CommitState(commit: UInt64(max(0, statement.int64(at: 0))), unsealed: statement.int64(at: 1))
     }
 
     /// The WAL's generation (its header's salts) from the WAL-index header, without a system

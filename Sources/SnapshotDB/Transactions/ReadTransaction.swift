@@ -146,7 +146,11 @@ public class ReadTransaction {
         // `body` may enumerate again (for each order, its lines): the cached statement is then
         // still stepping, and binding or resetting it would end the outer enumeration.
         let statement = try core.handle().idleStatement(.enumerate)
-        defer { statement.reset() }
+        core.beginEnumerating(collection)
+        defer {
+            core.endEnumerating(collection)
+            statement.reset()
+        }
         try statement.bind(collection, at: 1)
         var stop = false
         while !stop, try statement.step() {
@@ -180,7 +184,7 @@ public class ReadTransaction {
             throw DatabaseError(
                 .decodingFailed,
                 "the value for key '\(key)' in collection '\(collection)' cannot be decoded as \(T.self): \(error)",
-                collection: collection, key: key, typeName: String(describing: T.self))
+                collection: collection, key: key, typeName: String(describing: T.self), cause: error)
         }
     }
 }

@@ -16,6 +16,9 @@ public final class ReadWriteTransaction: ReadTransaction {
         var info: [String: String] = [:]
         /// One flag per open scope: the transaction itself, then each nested savepoint.
         var rollbackRequests = [false]
+        /// The error of a `ROLLBACK TO` that failed: what the savepoint did may still be in
+        /// the transaction, so the transaction must not commit.
+        var failure: DatabaseError?
     }
 
     private let shared: SharedState
@@ -55,6 +58,10 @@ public final class ReadWriteTransaction: ReadTransaction {
 
     var isRollbackRequested: Bool { shared.rollbackRequests[0] }
 
+    /// The error that keeps this transaction from committing, if any (a savepoint that could
+    /// not be rolled back).
+    var failure: DatabaseError? { shared.failure }
+
     override func cacheIsValid(for key: CacheKey) -> Bool {
         // The cache holds values as of the commit this transaction started from; anything the
         // transaction touched must be read from SQLite, which sees the transaction's writes.
@@ -64,7 +71,8 @@ public final class ReadWriteTransaction: ReadTransaction {
     // MARK: Writing values
 
     /// Stores `value` under `key` in `collection`, encoded with the collection's codec,
-    /// replacing any previous value.
+    /// replacing any previous value. Storing `nil` (an `Optional` that is `nil`) removes the
+    /// key, as `removeValue(forKey:inCollection:)` does, rather than storing a JSON `null`.
     ///
     /// - Throws: `encodingFailed` when the codec refuses the value, `valueTooLarge`, `diskFull`
     ///   or another ``DatabaseError`` from SQLite; `transactionEnded` after the closure returned.
@@ -72,6 +80,10 @@ public final class ReadWriteTransaction: ReadTransaction {
         throws(DatabaseError)
     {
         try checkActive()
+        if let optional = value as? any OptionalValue, optional.isNone {
+            try removeValue(forKey: key, inCollection: collection)
+            return
+        }
         let data: Data
         do {
             data = try core.codec(for: collection).encode(value)
@@ -79,7 +91,7 @@ public final class ReadWriteTransaction: ReadTransaction {
             throw DatabaseError(
                 .encodingFailed,
                 "cannot encode \(T.self) for key '\(key)' in collection '\(collection)': \(error)",
-                collection: collection, key: key, typeName: String(describing: T.self))
+                collection: collection, key: key, typeName: String(describing: T.self), cause: error)
         }
         try storeData(data, forKey: key, inCollection: collection)
     }
@@ -95,6 +107,7 @@ public final class ReadWriteTransaction: ReadTransaction {
     private func storeData(_ data: Data, forKey key: String, inCollection collection: String)
         throws(DatabaseError)
     {
+        try checkNotEnumerating(collection)
         try core.handle().statement(.upsert).run(collection, key, data)
         shared.changes.recordSet(key, in: collection)
     }
@@ -102,6 +115,7 @@ public final class ReadWriteTransaction: ReadTransaction {
     /// Removes the value under `key` in `collection`; removing an absent key changes nothing.
     public func removeValue(forKey key: String, inCollection collection: String) throws(DatabaseError) {
         try checkActive()
+        try checkNotEnumerating(collection)
         let handle = try core.handle()
         try handle.statement(.delete).withBindings(collection, key) { statement throws(DatabaseError) in
             _ = try statement.step()
@@ -119,6 +133,7 @@ public final class ReadWriteTransaction: ReadTransaction {
     /// Removes every value of `collection`.
     public func removeAll(inCollection collection: String) throws(DatabaseError) {
         try checkActive()
+        try checkNotEnumerating(collection)
         let handle = try core.handle()
         let statement = try handle.statement(.deleteCollection)
         defer { statement.reset() }
@@ -130,6 +145,7 @@ public final class ReadWriteTransaction: ReadTransaction {
     /// Removes every value of every collection.
     public func removeAllCollections() throws(DatabaseError) {
         try checkActive()
+        try checkNotEnumerating(nil)
         let handle = try core.handle()
         try handle.statement(.deleteAll).execute()
         if handle.changes > 0 { shared.changes.recordClearAll() }
@@ -168,7 +184,7 @@ public final class ReadWriteTransaction: ReadTransaction {
         } catch {
             scope.end()
             shared.rollbackRequests.removeLast()
-            try? handle.execute("ROLLBACK TO \(name); RELEASE \(name)")
+            rollBack(to: name, handle: handle)
             (shared.changes, shared.info) = saved
             throw error
         }
@@ -179,12 +195,39 @@ public final class ReadWriteTransaction: ReadTransaction {
             throw error
         }
         if shared.rollbackRequests.removeLast() {
-            try handle.execute("ROLLBACK TO \(name); RELEASE \(name)")
+            rollBack(to: name, handle: handle)
             (shared.changes, shared.info) = saved
+            if let failure = shared.failure { throw failure }
         } else {
             try handle.execute("RELEASE \(name)")
         }
         return result
+    }
+
+    /// Rolls a savepoint back. One that fails leaves what the savepoint did in the transaction:
+    /// the transaction then fails at its end instead of committing it (the first error wins).
+    private func rollBack(to savepoint: String, handle: SQLiteHandle) {
+        do {
+            try handle.execute("ROLLBACK TO \(savepoint); RELEASE \(savepoint)")
+        } catch {
+            if shared.failure == nil {
+                shared.failure = DatabaseError(
+                    error.code,
+                    "a savepoint could not be rolled back, so the transaction cannot commit: \(error.message)",
+                    sqliteCode: error.sqliteCode, cause: error)
+            }
+        }
+    }
+
+    /// Refuses a write into `collection` (any collection for `nil`) while this connection
+    /// enumerates it: SQLite would hand the enumeration rows the write moved or added, or not,
+    /// depending on where they land.
+    private func checkNotEnumerating(_ collection: String?) throws(DatabaseError) {
+        guard core.isEnumerating(collection) else { return }
+        throw DatabaseError(
+            .misuse,
+            "a write into collection '\(collection ?? "*")' inside an enumeration of it; collect the keys first "
+                + "(for example with keys(inCollection:)), then write")
     }
 
     /// Marks this scope (this savepoint's, or the whole transaction's) to be rolled back,
@@ -197,4 +240,13 @@ public final class ReadWriteTransaction: ReadTransaction {
         guard isActive else { return }
         shared.rollbackRequests[depth] = true
     }
+}
+
+/// Lets `set` recognise an `Optional` that is `nil` whatever its wrapped type.
+private protocol OptionalValue {
+    var isNone: Bool { get }
+}
+
+extension Optional: OptionalValue {
+    fileprivate var isNone: Bool { self == nil }
 }

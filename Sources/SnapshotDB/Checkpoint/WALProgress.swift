@@ -1,0 +1,110 @@
+/// What the checkpointer knows of the WAL: its size, how much of it is checkpointed, its
+/// generation, and where each commit ends in it. A plain value with no I/O, so that its rules
+/// are tested without SQLite; the checkpointer keeps it under its lock.
+///
+/// Facts arrive from three places: the writer after each commit (``recordCommit(_:frames:)``),
+/// checkpoints that did not reset the WAL (``absorb(_:generationBefore:)``) and resets
+/// (``absorbReset(latestCommit:generationBefore:)``). A checkpoint's result is only taken in
+/// when no restart of the WAL happened while it ran: ``generationCount`` counts restarts.
+struct WALProgress: Equatable {
+    /// The WAL size, in frames, between automatic checkpoints.
+    let threshold: Int
+    /// Frames in the WAL (SQLite's `mxFrame`) as last seen by a commit or a checkpoint.
+    private(set) var walFrames = 0
+    /// Frames the last checkpoint of the current generation copied back (`nBackfill`).
+    private(set) var checkpointedFrames = 0
+    /// The WAL size, in frames, at which the next automatic checkpoint is due.
+    private(set) var nextCheckpointFrames: Int
+    /// The WAL header's salts as last read by a commit; `nil` after a reset.
+    private(set) var generation: UInt64?
+    /// Incremented at every WAL reset or restart seen.
+    private(set) var generationCount = 0
+    /// Where each commit of the current generation ends.
+    private(set) var frameMap = WALFrameMap()
+    /// The newest commit made through this database's connections.
+    private(set) var lastLocalCommit: UInt64 = 0
+
+    init(threshold: Int) {
+        self.threshold = threshold
+        nextCheckpointFrames = threshold
+    }
+
+    /// What a commit changed: whether it found the WAL restarted, and whether a checkpoint is
+    /// due.
+    struct CommitOutcome: Equatable {
+        var restarted = false
+        var checkpointDue = false
+    }
+
+    /// Takes in a commit of this database and where it ended in the WAL (`nil` when no end
+    /// frame was recorded for it).
+    ///
+    /// A new generation (other salts) means the WAL was restarted since the last commit, and
+    /// everything before this commit ends at frame 0 of it. Without a generation, a WAL that
+    /// shrank has restarted; one that grew past its old size in one commit cannot be told from
+    /// a restart, which is why the writer reads the salts.
+    mutating func recordCommit(_ commit: UInt64, frames: WALCommitFrames?) -> CommitOutcome {
+        lastLocalCommit = max(lastLocalCommit, commit)
+        guard let frames else { return CommitOutcome() }
+        var outcome = CommitOutcome()
+        if let new = frames.generation, let known = generation {
+            outcome.restarted = new != known
+        } else {
+            outcome.restarted = frames.endFrame < walFrames
+        }
+        if outcome.restarted {
+            generationCount += 1
+            checkpointedFrames = 0
+            nextCheckpointFrames = threshold
+            frameMap.reset(commit: commit &- 1, endFrame: 0)
+        }
+        if let new = frames.generation { generation = new }
+        walFrames = frames.endFrame
+        frameMap.record(commit: commit, endFrame: frames.endFrame)
+        outcome.checkpointDue = frames.endFrame >= nextCheckpointFrames
+        return outcome
+    }
+
+    /// Takes in a checkpoint that did not reset the WAL, begun when ``generationCount`` was
+    /// `generationBefore`. One that could not start (another process was checkpointing)
+    /// reports nothing; one of an older generation describes a WAL that is gone.
+    mutating func absorb(_ result: CheckpointResult, generationBefore: Int) {
+        guard generationCount == generationBefore, result.walFrames > 0 || result.isComplete else { return }
+        walFrames = max(walFrames, result.walFrames)
+        checkpointedFrames = result.checkpointedFrames
+        nextCheckpointFrames = walFrames + threshold
+    }
+
+    /// Takes in a completed reset (RESTART or TRUNCATE), run while no commit of this process
+    /// could interleave: the next commit writes the WAL from its start.
+    mutating func absorbReset(latestCommit: UInt64, generationBefore: Int) {
+        guard generationCount == generationBefore else { return }
+        generationCount += 1
+        generation = nil
+        walFrames = 0
+        checkpointedFrames = 0
+        nextCheckpointFrames = threshold
+        frameMap.reset(commit: latestCommit, endFrame: 0)
+    }
+
+    /// Starts from what the open found: a WAL of `frames` frames (`checkpointed` of them
+    /// copied back) holding every commit up to `latestCommit`.
+    mutating func start(latestCommit: UInt64, frames: Int, checkpointed: Int, generation: UInt64?) {
+        walFrames = frames
+        checkpointedFrames = checkpointed
+        self.generation = generation
+        nextCheckpointFrames = frames + threshold
+        frameMap.reset(commit: latestCommit, endFrame: frames)
+    }
+
+    /// The WAL frames that a snapshot at `commit` keeps from being checkpointed, when the
+    /// newest commit is `latest`.
+    func pinnedFrames(bySnapshot commit: UInt64, latest: UInt64) -> Int {
+        latest > commit ? max(0, walFrames - frameMap.endFrame(ofSnapshot: commit)) : 0
+    }
+
+    /// Forgets where commits older than `oldestSnapshot` end.
+    mutating func prune(keepingSnapshotsFrom oldestSnapshot: UInt64) {
+        frameMap.prune(keepingSnapshotsFrom: oldestSnapshot)
+    }
+}

@@ -1,0 +1,96 @@
+internal import Synchronization
+
+/// Where one connection's snapshot is recorded: the one place that says which commit the
+/// connection reads, whether that is a bookmark, and which commits it still has to be told
+/// about.
+///
+/// The connection writes it (on its own queue); the database's registry only reads it, for the
+/// checkpoint monitor (which names the connections that pin the WAL), for the WAL reset (which
+/// takes bookmarks again at the same commit) and for the commit log's retention. Each record
+/// has its own lock, so a transaction that records its snapshot takes no database-wide lock.
+final class ConnectionRecord: Sendable {
+    let id: Int
+    let name: String
+    private let state: Mutex<SnapshotRecord>
+
+    init(id: Int, name: String) {
+        self.id = id
+        self.name = name
+        state = Mutex(SnapshotRecord(name: name))
+    }
+
+    /// A copy of what the record says now.
+    var current: SnapshotRecord { state.withLock { $0 } }
+
+    /// The commit the connection's bookmark reads, or `nil` without a bookmark.
+    var bookmark: UInt64? {
+        state.withLock { $0.isBookmark ? $0.snapshot : nil }
+    }
+
+    func update<T>(_ body: (inout SnapshotRecord) -> T) -> T {
+        state.withLock { body(&$0) }
+    }
+}
+
+/// What a ``ConnectionRecord`` holds: a plain value, copied out for the monitor.
+struct SnapshotRecord: Sendable {
+    let name: String
+    /// The commit the connection's open read transaction (bookmark or ordinary) sees.
+    var snapshot: UInt64?
+    /// The commit of the connection's last transaction or bookmark.
+    var lastSnapshot: UInt64 = 0
+    /// Whether `snapshot` is a bookmark (a long-lived read transaction).
+    var isBookmark = false
+    /// When the current snapshot was taken.
+    var since: ContinuousClock.Instant?
+    /// The newest commit whose changeset an advance handed to the app (or the first bookmark's
+    /// commit), kept while the connection is in long-lived-read mode, even when its last
+    /// advance failed or its bookmark was lost: the next advance returns every commit after it.
+    /// It pins the commit log, so those changesets are still there to return.
+    var deliveredThrough: UInt64?
+    /// Whether the bookmark was released because it could not be taken again at its commit
+    /// (see ``ConnectionCore/reseatBookmark(at:)``); the connection's next read says so.
+    var bookmarkLost = false
+    /// The count of foreign writes not yet sealed that the bookmark's snapshot holds, so that
+    /// an advance that finds the same ones does not report them twice.
+    var bookmarkUnsealed: Int64 = 0
+    /// The connection, so that the checkpointer can ask a bookmark to re-take its snapshot.
+    weak var connection: Connection?
+
+    init(name: String) { self.name = name }
+
+    /// The oldest commit whose changeset this connection may still ask the commit log for.
+    var commitLogPin: UInt64? {
+        let bookmark = isBookmark ? snapshot : nil
+        switch (bookmark, deliveredThrough) {
+        case (let bookmark?, let delivered?): return min(bookmark, delivered)
+        case (let bookmark?, nil): return bookmark
+        case (nil, let delivered?): return delivered
+        case (nil, nil): return nil
+        }
+    }
+}
+
+extension Database {
+    /// Registers a new connection's record and returns it.
+    func registerConnection(name: String) -> ConnectionRecord {
+        state.withLock { state in
+            defer { state.nextConnectionID += 1 }
+            let record = ConnectionRecord(id: state.nextConnectionID, name: name)
+            state.connections[record.id] = record
+            return record
+        }
+    }
+
+    func unregisterConnection(_ id: Int) {
+        _ = state.withLock { $0.connections.removeValue(forKey: id) }
+    }
+
+    /// The newest commit and a copy of every connection's record.
+    func snapshotRecords() -> (latest: UInt64, records: [SnapshotRecord]) {
+        let (latest, records) = state.withLock { state in
+            (state.latestCommit, Array(state.connections.values))
+        }
+        return (latest, records.map(\.current))
+    }
+}

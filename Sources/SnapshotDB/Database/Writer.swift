@@ -1,0 +1,285 @@
+internal import Dispatch
+internal import Foundation
+internal import Synchronization
+
+/// The database's single writer: every commit this process makes is made here, in the order
+/// this file reads.
+///
+/// A read-write transaction (``write(on:_:)``):
+/// 1. **Lock.** One writer at a time in this process (``WriterLock``): writers queue here
+///    instead of spinning on `SQLITE_BUSY`, and the checkpointer can take the lock with
+///    priority for a WAL reset.
+/// 2. **Begin.** `BEGIN IMMEDIATE` takes SQLite's write lock, so the snapshot is the newest
+///    commit and stays the transaction's own until `COMMIT` (``begin(_:database:)``). Its
+///    commit counter is known from the WAL-index header when a transaction of this database
+///    already read that header's counter, and read from `snapshotdb_meta` otherwise.
+/// 3. **Seal.** Values changed by foreign clients (the `sqlite3` shell) carry no commit number;
+///    the schema's triggers count them. Found here, they are committed first as a commit of
+///    their own, with an external changeset (``seal(_:on:database:)``).
+/// 4. **Run the caller's closure.** Reads see the transaction's own writes; savepoints nest.
+///    A closure that throws, rolls back or changes nothing ends with `ROLLBACK` and makes no
+///    commit.
+/// 5. **Commit** (``commit(_:sealing:on:database:writer:)``): the counter goes up by one in the
+///    same SQLite transaction; the changeset is registered as *pending* just before `COMMIT`
+///    (a reader that sees the new counter before step 6 takes it from there, so no reader ever
+///    sees a commit without its exact changeset); `COMMIT`.
+/// 6. **Publish.** The changeset goes to the commit log, to `changes()` subscribers, and to the
+///    checkpointer, once, with where the commit ended in the WAL (the WAL hook only records
+///    that on the handle).
+///
+/// Readers never wait here: a reader that finds foreign writes not yet sealed seals them only
+/// if the lock and SQLite's write lock are free at once (one commit, bounded by one `fsync`),
+/// and otherwise reads them unsealed and asks for them to be sealed off its path
+/// (``sealWithoutWaiting(on:database:)``, ``requestSeal(_:)``).
+final class Writer: Sendable {
+    /// One writer at a time in this process, held across the caller's closure.
+    let lock = WriterLock()
+    /// Whether a seal of foreign writes is queued on the checkpoint queue.
+    private let sealQueued = Atomic<Bool>(false)
+
+    // MARK: Read-write transactions
+
+    /// Runs `body` in a read-write transaction on `connection` and commits what it changed.
+    func write<T>(on connection: ConnectionCore, _ body: (ReadWriteTransaction) throws -> T) throws -> T {
+        let database = connection.database
+        try connection.checkCanWrite()
+        try database.checkWriteAllowed()
+        if lock.isHeldByCurrentThread {
+            throw DatabaseError(
+                .misuse,
+                "connection '\(connection.name)' began a read-write transaction inside another read-write "
+                    + "transaction of the same database on this thread, which would wait for itself; "
+                    + "write through the transaction you were given")
+        }
+        let handle = try connection.handle()
+        lock.lock()
+        defer { lock.unlock() }
+        let start = try begin(handle, database: database)
+        connection.moveCache(to: start)
+        connection.recordSnapshot(start)
+        defer { connection.recordSnapshot(nil) }
+        let transaction = ReadWriteTransaction(core: connection, commit: start)
+        let result: T
+        do {
+            result = try body(transaction)
+            transaction.end()
+            if let error = connection.transactionEndedBySQLite() ?? transaction.failure { throw error }
+        } catch {
+            transaction.end()
+            // The first error wins; a failed ROLLBACK closes the handle, which rolls back.
+            connection.rollback(handle)
+            throw error
+        }
+        guard !transaction.isRollbackRequested, !transaction.changes.isEmpty else {
+            try connection.rollbackOrThrow(handle)
+            return result
+        }
+        let changeset = transaction.changes.build(
+            commit: start + 1, connectionName: connection.name, info: transaction.info)
+        try commit(changeset, sealing: false, on: handle, database: database, writer: connection)
+        connection.cache.invalidate(with: changeset)
+        connection.cache.commit = changeset.commit
+        return result
+    }
+
+    /// `BEGIN IMMEDIATE` on `handle` (the caller holds ``lock``), sealing foreign writes first;
+    /// returns the commit the transaction starts from.
+    private func begin(_ handle: SQLiteHandle, database: Database) throws(DatabaseError) -> UInt64 {
+        while true {
+            let published = database.publishedCommit.load(ordering: .acquiring)
+            try handle.statement(.beginImmediate).execute()
+            do throws(DatabaseError) {
+                // BEGIN IMMEDIATE holds SQLite's WAL write lock: the WAL-index header cannot
+                // change before this transaction ends, and it is this transaction's snapshot.
+                handle.lookUpWALIndex()
+                let state = try database.commitState(
+                    of: handle, header: handle.walIndexHeader(), published: published)
+                guard state.unsealed != 0 else { return state.commit }
+                try seal(state, on: handle, database: database)
+            } catch {
+                try? handle.rollback()
+                throw error
+            }
+        }
+    }
+
+    // MARK: Sealing foreign writes
+
+    /// Gives the foreign writes of the open `BEGIN IMMEDIATE` transaction a commit number of
+    /// their own and commits them, with an external changeset.
+    ///
+    /// They are numbered after every commit this process published: the file's counter is
+    /// lower than that after a foreign restore of a backup, and numbers must never repeat.
+    private func seal(_ state: CommitState, on handle: SQLiteHandle, database: Database) throws(DatabaseError)
+    {
+        database.observe(commit: state.commit)
+        let sealed = max(state.commit, database.latestCommit) + 1
+        try commit(.external(sealed...sealed), sealing: true, on: handle, database: database, writer: nil)
+    }
+
+    /// For a reader that found foreign writes unsealed in its snapshot: seals them now if this
+    /// costs no waiting (the writer lock free, SQLite's write lock free), else asks for them
+    /// to be sealed off the reader's path. Returns whether they were sealed; `handle` must
+    /// have no open transaction.
+    ///
+    /// A reader never waits for a writer here: at worst it makes one commit (one `fsync`).
+    func sealWithoutWaiting(on handle: SQLiteHandle, database: Database) -> Bool {
+        guard lock.tryLock() else {
+            requestSeal(database)
+            return false
+        }
+        defer { lock.unlock() }
+        do {
+            try sealNow(on: handle, database: database, busyTimeout: .zero)
+            return true
+        } catch {
+            // Busy (another process writes: its commit is sealed by the next transaction) or
+            // impossible (a read-only file): the reader reads the writes unsealed.
+            if error.code == .busy { requestSeal(database) }
+            return false
+        }
+    }
+
+    /// Queues a seal of foreign writes on the checkpoint queue, with the checkpoint handle,
+    /// unless one is queued already. It waits a few milliseconds at most for the writer lock at
+    /// a time, and tries again later rather than hold up the checkpoint queue.
+    func requestSeal(_ database: Database, attempt: Int = 0) {
+        guard
+            attempt > 0
+                || sealQueued.compareExchange(
+                    expected: false, desired: true, ordering: .acquiringAndReleasing
+                ).exchanged
+        else { return }
+        let weakDatabase = WeakDatabase(database)
+        let work: @Sendable () -> Void = { [self] in
+            guard let database = weakDatabase.database else {
+                sealQueued.store(false, ordering: .releasing)
+                return
+            }
+            let outcome = database.checkpointer.withCheckpointHandle { handle in
+                sealQueuedWrites(on: handle, database: database)
+            }
+            if outcome == .retry, attempt < 100 {
+                requestSeal(database, attempt: attempt + 1)
+            } else {
+                sealQueued.store(false, ordering: .releasing)
+            }
+        }
+        let delay: Duration = attempt == 0 ? .zero : .milliseconds(min(50, 1 << min(attempt, 6)))
+        database.checkpointer.queue.asyncAfter(deadline: .now() + delay.dispatchInterval, execute: work)
+    }
+
+    private enum SealOutcome {
+        case done
+        case retry
+    }
+
+    private func sealQueuedWrites(on handle: SQLiteHandle?, database: Database) -> SealOutcome {
+        guard let handle else { return .done }
+        let deadline = Date(timeIntervalSinceNow: Checkpointer.resetWait.timeInterval)
+        guard lock.lockWithPriority(before: deadline) else { return .retry }
+        defer { lock.unlock() }
+        do {
+            try sealNow(on: handle, database: database, busyTimeout: Checkpointer.resetWait)
+            return .done
+        } catch {
+            return error.code == .busy ? .retry : .done
+        }
+    }
+
+    /// With the lock held: begins on `handle`, waiting at most `busyTimeout` for SQLite's
+    /// write lock, and seals what it finds unsealed.
+    private func sealNow(on handle: SQLiteHandle, database: Database, busyTimeout: Duration)
+        throws(DatabaseError)
+    {
+        let published = database.publishedCommit.load(ordering: .acquiring)
+        try handle.withBusyTimeout(busyTimeout, restoring: database.configuration.busyTimeout) {
+            () throws(DatabaseError) in
+            try handle.statement(.beginImmediate).execute()
+        }
+        defer { try? handle.rollback() }
+        let state = try database.commitState(of: handle, header: nil, published: published)
+        if state.unsealed != 0 { try seal(state, on: handle, database: database) }
+    }
+
+    // MARK: Committing
+
+    /// Commits the open `BEGIN IMMEDIATE` transaction as `changeset.commit`: the counter,
+    /// the pending changeset, `COMMIT`, publishing, and the one report to the checkpointer.
+    ///
+    /// `sealing` also marks every foreign write as sealed. `writer` is the connection whose
+    /// transaction this is (`nil` for a seal), whose snapshot is released before `COMMIT`.
+    /// On failure the transaction is rolled back and nothing is published.
+    private func commit(
+        _ changeset: Changeset, sealing: Bool, on handle: SQLiteHandle, database: Database,
+        writer connection: ConnectionCore?
+    ) throws(DatabaseError) {
+        let commit = changeset.commit
+        do throws(DatabaseError) {
+            let update = try handle.statement(.writeCommit)
+            try update.bind(Int64(commit), at: 1)
+            try update.execute()
+            if sealing { try handle.statement(.sealExternal).execute() }
+        } catch {
+            try? handle.rollback()
+            throw error
+        }
+        database.registerPending(changeset)
+        // Release the writer's snapshot before `COMMIT`: once SQLite commits, a reader may
+        // publish this commit from the pending changeset before this thread runs again, and the
+        // monitor must never see a writer's start commit as lagging behind its own commit. A
+        // writer's snapshot is the newest by construction (`BEGIN IMMEDIATE`); it pins nothing.
+        connection?.recordSnapshot(nil)
+        // The header cannot change before COMMIT (this transaction holds the WAL write lock).
+        let before = handle.walIndexHeader()
+        _ = handle.takeCommitFrames()
+        do throws(DatabaseError) {
+            if database.faults.shouldFail(.commit) { throw FaultInjector.error(.commit) }
+            try handle.statement(.commit).execute()
+        } catch {
+            database.discardPending()
+            try? handle.rollback()
+            throw error
+        }
+        // SQLite adds one to the header's change counter per commit: one more than before, the
+        // header is this commit's (perhaps with the WAL reset since, which changes no content);
+        // more, another client committed too, and the next transaction reads the counter.
+        if let before, let after = handle.walIndexHeader(), after.change == before.change &+ 1 {
+            database.learnCommit(commit, at: after)
+        }
+        connection?.record.update { $0.lastSnapshot = commit }
+        database.observe(commit: commit)
+        database.checkpointer.didCommit(commit, frames: handle.takeCommitFrames())
+    }
+}
+
+extension Database {
+    /// The commit state of the transaction just begun on `handle`, whose snapshot the
+    /// WAL-index header `header` identifies (`nil` when unknown).
+    ///
+    /// When a transaction of this database already read or made that header's counter, the
+    /// metadata table is not read at all (debug builds check the shortcut against it).
+    /// Otherwise the counter is read, and learnt for `header`.
+    ///
+    /// A counter below a commit this process already published (`published`, loaded before
+    /// the transaction began) means another client put older contents back (the `sqlite3`
+    /// shell's `.restore` of a backup, which fires no trigger): it is treated as an unsealed
+    /// foreign write, so that sealing numbers it after the newest commit published, and its
+    /// external changeset drops caches.
+    func commitState(of handle: SQLiteHandle, header: WALIndexHeader?, published: UInt64)
+        throws(DatabaseError)
+        -> CommitState
+    {
+        if let header, let commit = knownCommit(at: header) {
+            #if DEBUG
+                let read = try handle.readCommitState()
+                assert(read == CommitState(commit: commit, unsealed: 0), "wrong commit for a known header")
+            #endif
+            return CommitState(commit: commit, unsealed: 0)
+        }
+        var state = try handle.readCommitState()
+        if state.unsealed == 0 && state.commit < published { state.unsealed = 1 }
+        if state.unsealed == 0, let header { learnCommit(state.commit, at: header) }
+        return state
+    }
+}

@@ -1,0 +1,47 @@
+internal import Synchronization
+
+/// Faults that tests inject into branches the release code cannot reach on demand: a bookmark
+/// that cannot be taken again during a WAL reset, a `BEGIN` that fails during an advance, a
+/// `COMMIT` that fails.
+///
+/// Per database, so that tests running in parallel do not see each other's faults. Only debug
+/// builds check it: in release builds ``shouldFail(_:)`` is a constant `false`.
+final class FaultInjector: Sendable {
+    enum Fault: Hashable, Sendable {
+        /// ``ConnectionCore/reseatBookmark(at:)`` finds another commit than its bookmark's.
+        case reseat
+        /// The `BEGIN` of a read transaction fails (as an I/O error would).
+        case beginRead
+        /// The writer's `COMMIT` fails (as a full disk at commit would).
+        case commit
+    }
+
+    #if DEBUG
+        private let armed = Mutex<[Fault: Int]>([:])
+    #endif
+
+    /// Makes the next `times` checks of `fault` fail (debug builds; does nothing in release).
+    func arm(_ fault: Fault, times: Int = 1) {
+        #if DEBUG
+            armed.withLock { $0[fault, default: 0] += times }
+        #endif
+    }
+
+    /// Whether the code at `fault` must fail now; consumes one armed failure.
+    func shouldFail(_ fault: Fault) -> Bool {
+        #if DEBUG
+            return armed.withLock { armed in
+                guard let count = armed[fault], count > 0 else { return false }
+                armed[fault] = count - 1
+                return true
+            }
+        #else
+            return false
+        #endif
+    }
+
+    /// The error an injected fault throws.
+    static func error(_ fault: Fault) -> DatabaseError {
+        DatabaseError(.sqlite, "injected fault: \(fault)", sqliteCode: 10)  // SQLITE_IOERR
+    }
+}
