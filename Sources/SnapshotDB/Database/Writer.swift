@@ -141,8 +141,10 @@ final class Writer: Sendable {
     }
 
     /// Queues a seal of foreign writes on the checkpoint queue, with the checkpoint handle,
-    /// unless one is queued already. It waits a few milliseconds at most for the writer lock at
-    /// a time, and tries again later rather than hold up the checkpoint queue.
+    /// unless one is queued already. It waits a few milliseconds at most for the writer lock
+    /// and for another process's write lock at a time, and tries again later (backing off to
+    /// every 50 ms) rather than hold up the checkpoint queue, until the writes are sealed, the
+    /// seal turns out impossible (a read-only file), or the database is released.
     func requestSeal(_ database: Database, attempt: Int = 0) {
         guard
             attempt > 0
@@ -159,7 +161,7 @@ final class Writer: Sendable {
             let outcome = database.checkpointer.withCheckpointHandle { handle in
                 sealQueuedWrites(on: handle, database: database)
             }
-            if outcome == .retry, attempt < 100 {
+            if outcome == .retry {
                 requestSeal(database, attempt: attempt + 1)
             } else {
                 sealQueued.store(false, ordering: .releasing)

@@ -14,6 +14,8 @@ final class FaultInjector: Sendable {
         case beginRead
         /// The writer's `COMMIT` fails (as a full disk at commit would).
         case commit
+        /// A savepoint's `ROLLBACK TO` fails.
+        case savepointRollback
     }
 
     #if DEBUG

@@ -207,7 +207,10 @@ public final class ReadWriteTransaction: ReadTransaction {
     /// Rolls a savepoint back. One that fails leaves what the savepoint did in the transaction:
     /// the transaction then fails at its end instead of committing it (the first error wins).
     private func rollBack(to savepoint: String, handle: SQLiteHandle) {
-        do {
+        do throws(DatabaseError) {
+            if core.database.faults.shouldFail(.savepointRollback) {
+                throw FaultInjector.error(.savepointRollback)
+            }
             try handle.execute("ROLLBACK TO \(savepoint); RELEASE \(savepoint)")
         } catch {
             if shared.failure == nil {

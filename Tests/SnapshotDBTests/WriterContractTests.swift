@@ -1,0 +1,294 @@
+import Foundation
+import Logging
+import Testing
+
+@testable import SnapshotDB
+
+/// The commit path's contract at its edges: failures that must leave no gap, foreign writes
+/// that must never make a reader wait, and the API's defined answers to misuse. Faults that
+/// release code cannot reach on demand are injected (debug builds).
+@Suite("The writer's contract")
+struct WriterContractTests {
+    struct Refused: Error {}
+
+    static func write(_ connection: Connection, _ key: String, _ title: String = "v") throws {
+        try connection.readWrite { try $0.set(Item(title: title), forKey: key, inCollection: "c") }
+    }
+
+    @Test func aFailedAdvanceLeavesNoGap() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try Self.write(writer, "a")
+            try ui.beginLongLivedReadTransaction()
+            try Self.write(writer, "b")
+            try Self.write(writer, "c")
+            db.faults.arm(.beginRead)
+            expectError(.sqlite) { try ui.beginLongLivedReadTransaction() }
+            #expect(!ui.isInLongLivedReadTransaction)
+            try Self.write(writer, "d")
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(changes.map(\.commit) == [2, 3, 4], "every commit after the last one returned")
+            #expect(changes.hasChange(forKey: "b", inCollection: "c"))
+            #expect(changes.hasChange(forKey: "d", inCollection: "c"))
+        }
+    }
+
+    @Test func aFailedCommitPublishesNothingAndTheNumberIsReused() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try Self.write(writer, "a")
+            try ui.beginLongLivedReadTransaction()
+            db.faults.arm(.commit)
+            expectError(.sqlite) { try Self.write(writer, "lost") }
+            #expect(db.latestCommit == 1)
+            #expect(try writer.read { try $0.hasValue(forKey: "lost", inCollection: "c") } == false)
+            try Self.write(writer, "b")
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(changes.map(\.commit) == [2])
+            #expect(!changes.hasChange(forKey: "lost", inCollection: "c"))
+        }
+    }
+
+    @Test func aSavepointThatCannotRollBackKeepsTheTransactionFromCommitting() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            db.faults.arm(.savepointRollback)
+            let error = expectError(.sqlite) {
+                try writer.readWrite { txn in
+                    try txn.set(Item(title: "outer"), forKey: "outer", inCollection: "c")
+                    try? txn.savepoint { txn in
+                        try txn.set(Item(title: "inner"), forKey: "inner", inCollection: "c")
+                        throw Refused()
+                    }
+                }
+            }
+            #expect(error?.message.contains("savepoint") == true)
+            let causeIsSQLite = error?.cause.map { $0 is DatabaseError } ?? false
+            #expect(causeIsSQLite)
+            #expect(db.latestCommit == 0)
+            #expect(try writer.read { try $0.count(inCollection: "c") } == 0)
+        }
+    }
+
+    @Test func aBookmarkLostOnReseatIsReportedToItsConnection() throws {
+        let logs = LogCapture()
+        var configuration = Configuration()
+        configuration.checkpointLogger = logs.logger
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try Self.write(writer, "a")
+            try ui.beginLongLivedReadTransaction()
+            db.faults.arm(.reseat)
+            // A WAL reset has bookmarks at the newest commit take their snapshot again.
+            try db.checkpoint(.truncate)
+            #expect(!ui.isInLongLivedReadTransaction)
+            #expect(
+                logs.messages(at: .error).contains { $0.contains("could not be taken again at commit 1") })
+            let error = expectError(.bookmarkLost) { try ui.read { try $0.count(inCollection: "c") } }
+            #expect(error?.message.contains("ui") == true)
+            // Told once; the connection reads the newest commit afterwards.
+            #expect(try ui.read { try $0.count(inCollection: "c") } == 1)
+            try Self.write(writer, "b")
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(changes.map(\.commit) == [2], "the next advance returns every commit since the last one")
+        }
+    }
+
+    @Test func aForeignCounterJumpIsOneChangeset() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try Self.write(writer, "a")
+            try ui.beginLongLivedReadTransaction()
+            let logBefore = db.commitLogCount
+            _ = try sqlite3(
+                db.path, "UPDATE snapshotdb_meta SET value = value + 1000000 WHERE name = 'commit';")
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(changes.count == 1)
+            #expect(changes.first?.commits == 2...1_000_001)
+            #expect(changes.first?.isExternal == true)
+            #expect(db.latestCommit == 1_000_001)
+            #expect(db.commitLogCount == logBefore + 1)
+            try Self.write(writer, "b")
+            #expect(try ui.beginLongLivedReadTransaction().map(\.commit) == [1_000_002])
+        }
+    }
+
+    /// Timeline: python3 inserts a value (a foreign write, unsealed), then holds SQLite's write
+    /// lock | the bookmark advances without waiting, reading the write unsealed, and reports it
+    /// as external | python3 releases | the queued seal commits it with a number of its own.
+    @Test func readersNeverWaitToSealForeignWrites() async throws {
+        var configuration = Configuration()
+        configuration.busyTimeout = .seconds(30)
+        try await withTemporaryDatabase(configuration: configuration) { db in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try Self.write(writer, "a")
+            try ui.beginLongLivedReadTransaction()
+            let commits = db.changes()
+            let child = try SQLiteChild(
+                path: db.path,
+                statements: [
+                    "INSERT INTO snapshotdb_values(collection, key, data) VALUES ('c', 'foreign', x'7B227469746C65223A2266227D')",
+                    "BEGIN IMMEDIATE",
+                ])
+            let clock = ContinuousClock()
+            let start = clock.now
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(clock.now - start < .seconds(10), "the advance waited for the foreign writer")
+            #expect(changes.count == 1)
+            #expect(changes.first?.isExternal == true)
+            #expect(changes.hasChange(forKey: "foreign", inCollection: "c"))
+            #expect(try await ui.read { try $0.hasValue(forKey: "foreign", inCollection: "c") })
+            try child.release()
+            // The seal queued by the reader gives the foreign write its number (a guard of a
+            // minute fails the test rather than hang it, should the seal never come).
+            let sealed = await withTaskGroup(of: Changeset?.self) { group in
+                group.addTask {
+                    for await changeset in commits where changeset.isExternal { return changeset }
+                    return nil
+                }
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(60))
+                    return nil
+                }
+                let first = await group.next() ?? nil
+                group.cancelAll()
+                return first
+            }
+            #expect(sealed?.commit == 2)
+            let next = try ui.beginLongLivedReadTransaction()
+            #expect(next.map(\.commit) == [2])
+            #expect(next.first?.isExternal == true)
+        }
+    }
+
+    @Test func settingNilRemovesTheKey() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try Self.write(writer, "a")
+            try ui.beginLongLivedReadTransaction()
+            try writer.readWrite { txn in
+                let none: Item? = nil
+                try txn.set(none, forKey: "a", inCollection: "c")
+            }
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(changes.first?.removedKeys["c"] == ["a"])
+            #expect(try ui.read { try $0.data(forKey: "a", inCollection: "c") } == nil)
+        }
+    }
+
+    @Test func writingIntoTheCollectionBeingEnumeratedIsMisuse() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for key in ["a", "b", "c"] { try txn.set(Item(title: key), forKey: key, inCollection: "c") }
+            }
+            var visited: [String] = []
+            try writer.readWrite { txn in
+                try txn.enumerate(inCollection: "c", as: Item.self) { key, _, _ in
+                    visited.append(key)
+                    expectError(.misuse) {
+                        try txn.set(Item(title: "new"), forKey: key + "x", inCollection: "c")
+                    }
+                    expectError(.misuse) { try txn.removeValue(forKey: key, inCollection: "c") }
+                    expectError(.misuse) { try txn.removeAllCollections() }
+                    // Other collections may be written.
+                    try txn.set(Item(title: key), forKey: key, inCollection: "other")
+                }
+                // Once the enumeration ended, the collection may be written again.
+                try txn.set(Item(title: "after"), forKey: "after", inCollection: "c")
+            }
+            #expect(visited == ["a", "b", "c"])
+            #expect(try writer.read { try $0.keys(inCollection: "c") } == ["a", "after", "b", "c"])
+        }
+    }
+
+    @Test func codecErrorsKeepTheirCause() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.setData(Data("not json".utf8), forKey: "k", inCollection: "c") }
+            let error = expectError(.decodingFailed) {
+                try writer.read { try $0.value(forKey: "k", inCollection: "c", as: Item.self) }
+            }
+            let causeIsDecoding = error?.cause.map { $0 is DecodingError } ?? false
+            #expect(causeIsDecoding)
+        }
+    }
+
+    @Test func aChangesetIsDatedWhenItIsPublished() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            var closureEnded = Date.distantPast
+            try writer.readWrite { txn in
+                try txn.set(Item(title: "a"), forKey: "a", inCollection: "c")
+                closureEnded = Date()
+            }
+            let published = Date()
+            let changeset = try #require(try ui.beginLongLivedReadTransaction().first)
+            #expect(changeset.date >= closureEnded && changeset.date <= published)
+        }
+    }
+}
+
+/// The checkpointer's WAL bookkeeping, without SQLite.
+@Suite("WAL bookkeeping")
+struct WALProgressTests {
+    @Test func commitsGrowTheWALUntilACheckpointIsDue() {
+        var wal = WALProgress(threshold: 10)
+        #expect(wal.recordCommit(1, frames: WALCommitFrames(endFrame: 4, generation: 7)) == .init())
+        let due = wal.recordCommit(2, frames: WALCommitFrames(endFrame: 11, generation: 7))
+        #expect(due == .init(restarted: false, checkpointDue: true))
+        #expect(wal.walFrames == 11)
+        #expect(wal.pinnedFrames(bySnapshot: 1, latest: 2) == 7)
+        #expect(wal.pinnedFrames(bySnapshot: 2, latest: 2) == 0)
+    }
+
+    @Test func newSaltsMeanTheWALRestarted() {
+        var wal = WALProgress(threshold: 10)
+        _ = wal.recordCommit(1, frames: WALCommitFrames(endFrame: 4, generation: 7))
+        // A commit larger than the whole previous WAL: only the salts tell it restarted.
+        let outcome = wal.recordCommit(2, frames: WALCommitFrames(endFrame: 9, generation: 8))
+        #expect(outcome.restarted)
+        #expect(wal.generationCount == 1)
+        #expect(
+            wal.pinnedFrames(bySnapshot: 1, latest: 2) == 9, "a snapshot from before the restart pins it all")
+        // Without salts, a WAL that shrank restarted.
+        let shrunk = wal.recordCommit(3, frames: WALCommitFrames(endFrame: 2, generation: nil))
+        #expect(shrunk.restarted)
+    }
+
+    @Test func aCheckpointOfAnOlderGenerationIsIgnored() {
+        var wal = WALProgress(threshold: 10)
+        _ = wal.recordCommit(1, frames: WALCommitFrames(endFrame: 12, generation: 7))
+        let generation = wal.generationCount
+        _ = wal.recordCommit(2, frames: WALCommitFrames(endFrame: 3, generation: 8))
+        wal.absorb(
+            CheckpointResult(mode: .passive, walFrames: 12, checkpointedFrames: 12, isComplete: true),
+            generationBefore: generation)
+        #expect(wal.walFrames == 3)
+        #expect(wal.checkpointedFrames == 0)
+        wal.absorb(
+            CheckpointResult(mode: .passive, walFrames: 3, checkpointedFrames: 3, isComplete: true),
+            generationBefore: wal.generationCount)
+        #expect(wal.checkpointedFrames == 3)
+        #expect(wal.nextCheckpointFrames == 13)
+    }
+
+    @Test func aResetStartsTheWALOver() {
+        var wal = WALProgress(threshold: 10)
+        _ = wal.recordCommit(5, frames: WALCommitFrames(endFrame: 20, generation: 7))
+        wal.absorbReset(latestCommit: 5, generationBefore: wal.generationCount)
+        #expect(wal.walFrames == 0)
+        #expect(wal.generation == nil)
+        let next = wal.recordCommit(6, frames: WALCommitFrames(endFrame: 2, generation: 9))
+        #expect(!next.restarted, "the reset was already counted")
+        #expect(wal.pinnedFrames(bySnapshot: 5, latest: 6) == 2)
+    }
+}
