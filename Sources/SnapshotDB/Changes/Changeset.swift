@@ -123,6 +123,21 @@ public struct Changeset: Sendable, Hashable {
 
     /// The key sets at once, for callers that ask many questions of one changeset.
     var keySets: KeySets { keys.sets }
+
+    /// Calls `key` for every key the changeset sets or removes and `cleared` for every
+    /// collection it clears, without folding the transaction's log into sets: what the value
+    /// cache needs to invalidate, at the cost of the changes themselves (a key written twice
+    /// is visited twice).
+    func visitChanges(key: (_ collection: String, _ key: String) -> Void, cleared: (String) -> Void) {
+        keys.visit(key: key, cleared: cleared)
+    }
+
+    /// An upper bound of the keys ``visitChanges(key:cleared:)`` visits.
+    var changeCount: Int { keys.changeCount }
+
+    /// What the changeset's key sets and log cost in memory, roughly: what the commit log
+    /// counts against ``Configuration/commitLogRetentionBytes``.
+    var approximateBytes: Int { keys.approximateBytes }
 }
 
 /// The keys and collections a changeset names.
@@ -152,10 +167,59 @@ final class ChangedKeys: Sendable {
     }
 
     private let storage: Mutex<Storage>
+    /// Operations in the log (or keys in the sets), for sizing and for the cache's choice of
+    /// how to invalidate.
+    let changeCount: Int
+    let approximateBytes: Int
 
-    init(_ sets: KeySets) { storage = Mutex(.folded(sets)) }
+    init(_ sets: KeySets) {
+        storage = Mutex(.folded(sets))
+        var count = sets.clearedCollections.count
+        var bytes = 64
+        for (collection, keys) in sets.setKeys.merging(sets.removedKeys, uniquingKeysWith: { $0.union($1) }) {
+            count += keys.count
+            bytes += collection.utf8.count + 64
+            for key in keys { bytes += key.utf8.count + 32 }
+        }
+        changeCount = count
+        approximateBytes = bytes
+    }
 
-    init(log: [ChangesetBuilder.Operation]) { storage = Mutex(.log(log)) }
+    init(log: [ChangesetBuilder.Operation]) {
+        storage = Mutex(.log(log))
+        changeCount = log.count
+        // An operation is a kind and two strings (16 bytes each, inline up to 15 UTF-8 bytes);
+        // folding adds about as much again in sets.
+        var bytes = 64
+        for operation in log {
+            bytes += 96 + Self.heapBytes(operation.key) + Self.heapBytes(operation.collection)
+        }
+        approximateBytes = bytes
+    }
+
+    private static func heapBytes(_ string: String) -> Int {
+        let count = string.utf8.count
+        return count > 15 ? 2 * (count + 32) : 0
+    }
+
+    func visit(key: (String, String) -> Void, cleared: (String) -> Void) {
+        storage.withLock { storage in
+            switch storage {
+            case .log(let operations):
+                for operation in operations {
+                    if operation.kind == .clear {
+                        cleared(operation.collection)
+                    } else {
+                        key(operation.collection, operation.key)
+                    }
+                }
+            case .folded(let sets):
+                for (collection, keys) in sets.setKeys { for name in keys { key(collection, name) } }
+                for (collection, keys) in sets.removedKeys { for name in keys { key(collection, name) } }
+                for collection in sets.clearedCollections { cleared(collection) }
+            }
+        }
+    }
 
     var sets: KeySets {
         storage.withLock { storage in

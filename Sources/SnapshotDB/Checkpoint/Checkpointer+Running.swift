@@ -160,11 +160,11 @@ extension Checkpointer {
             guard (try? handle.readCommitState()) == CommitState(commit: latest, unsealed: 0) else {
                 return []
             }
+            // Every bookmark's connection re-begins on its own queue at once; a reset with a
+            // hundred bookmarks then holds writers back for the slowest of them, not their sum.
             let deadline = ContinuousClock.now + Self.resetWait
-            return bookmarks.map { connection in
-                connection.reseatBookmark(
-                    at: latest, waitingAtMost: max(.zero, deadline - ContinuousClock.now))
-            }
+            let attempts = bookmarks.map { $0.requestReseat(at: latest) }
+            return attempts.map { $0.wait(timeout: max(.zero, deadline - ContinuousClock.now)) }
         }
         let reseated = outcomes.filter { if case .reseated = $0 { true } else { false } }.count
         state.withLock { $0.reseatedBookmarks += reseated }

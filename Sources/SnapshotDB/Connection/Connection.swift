@@ -36,15 +36,16 @@ public final class Connection: Sendable {
     }
 
     /// Asks the connection to take its bookmark at `commit` again (see
-    /// ``ConnectionCore/reseatBookmark(at:)``), waiting at most `timeout` for the connection's
-    /// queue; `.skipped` when the connection was busy that long or its bookmark moved.
-    func reseatBookmark(at commit: UInt64, waitingAtMost timeout: Duration) -> BookmarkReseat {
+    /// ``ConnectionCore/reseatBookmark(at:)``) on its queue; the caller waits for the returned
+    /// attempt, which says `.skipped` when the connection stayed busy past the deadline or its
+    /// bookmark moved. Requests to many connections run at once, each on its own queue.
+    func requestReseat(at commit: UInt64) -> ReseatAttempt {
         let attempt = ReseatAttempt()
         queue.async { [core] in
             guard attempt.start() else { return }
             attempt.finish(core.reseatBookmark(at: commit))
         }
-        return attempt.wait(timeout: timeout)
+        return attempt
     }
 
     deinit {

@@ -12,10 +12,13 @@ final class ConnectionRecord: Sendable {
     let id: Int
     let name: String
     private let state: Mutex<SnapshotRecord>
+    /// Told when the commit log pin of the record moves (see ``SnapshotRecord/commitLogPin``).
+    private let pinMoved: @Sendable (_ from: UInt64?, _ to: UInt64?) -> Void
 
-    init(id: Int, name: String) {
+    init(id: Int, name: String, pinMoved: @escaping @Sendable (_ from: UInt64?, _ to: UInt64?) -> Void) {
         self.id = id
         self.name = name
+        self.pinMoved = pinMoved
         state = Mutex(SnapshotRecord(name: name))
     }
 
@@ -27,8 +30,15 @@ final class ConnectionRecord: Sendable {
         state.withLock { $0.isBookmark ? $0.snapshot : nil }
     }
 
+    /// Changes the record; tells the database when its commit log pin moved.
     func update<T>(_ body: (inout SnapshotRecord) -> T) -> T {
-        state.withLock { body(&$0) }
+        let (result, before, after) = state.withLock { record in
+            let before = record.commitLogPin
+            let result = body(&record)
+            return (result, before, record.commitLogPin)
+        }
+        if before != after { pinMoved(before, after) }
+        return result
     }
 }
 
@@ -74,16 +84,20 @@ struct SnapshotRecord: Sendable {
 extension Database {
     /// Registers a new connection's record and returns it.
     func registerConnection(name: String) -> ConnectionRecord {
-        state.withLock { state in
+        let database = WeakDatabase(self)
+        return state.withLock { state in
             defer { state.nextConnectionID += 1 }
-            let record = ConnectionRecord(id: state.nextConnectionID, name: name)
+            let record = ConnectionRecord(id: state.nextConnectionID, name: name) { from, to in
+                database.database?.commitLogPinMoved(from: from, to: to)
+            }
             state.connections[record.id] = record
             return record
         }
     }
 
     func unregisterConnection(_ id: Int) {
-        _ = state.withLock { $0.connections.removeValue(forKey: id) }
+        let removed = state.withLock { $0.connections.removeValue(forKey: id) }
+        if let pin = removed?.current.commitLogPin { commitLogPinMoved(from: pin, to: nil) }
     }
 
     /// The newest commit and a copy of every connection's record.

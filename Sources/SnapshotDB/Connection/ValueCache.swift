@@ -177,22 +177,18 @@ final class ValueCache {
             return
         }
         guard count > 0 else { return }
-        let sets = changeset.keySets
-        for collection in sets.clearedCollections { removeCollection(collection) }
-        var changedKeys = 0
-        for keys in sets.setKeys.values { changedKeys += keys.count }
-        for keys in sets.removedKeys.values { changedKeys += keys.count }
-        if changedKeys > count {
+        if changeset.changeCount > count {
+            let sets = changeset.keySets
+            for collection in sets.clearedCollections { removeCollection(collection) }
             let isUnchanged = { (key: CacheKey) in !sets.contains(key.key, inCollection: key.collection) }
             generations.pointee.young = generations.pointee.young.filter { isUnchanged($0.key) }
             generations.pointee.old = generations.pointee.old.filter { isUnchanged($0.key) }
             return
         }
-        for (collection, keys) in sets.setKeys {
-            for key in keys { remove(CacheKey(collection: collection, key: key)) }
-        }
-        for (collection, keys) in sets.removedKeys {
-            for key in keys { remove(CacheKey(collection: collection, key: key)) }
-        }
+        // Small changesets (most of them: one key) are walked as logged, without folding them
+        // into sets first: an advance past many commits costs what they changed.
+        changeset.visitChanges(
+            key: { collection, key in self.remove(CacheKey(collection: collection, key: key)) },
+            cleared: { self.removeCollection($0) })
     }
 }

@@ -50,6 +50,12 @@ public struct Configuration: Sendable {
     /// log is trimmed in batches, so it may briefly hold up to a quarter more.)
     public var commitLogRetention: Int = 1_000
 
+    /// How much memory, roughly, the commit log may keep for those recent changesets (16 MiB
+    /// by default): a few bulk commits keep fewer than ``commitLogRetention`` changesets.
+    /// Changesets that a bookmark still has to be given are kept whatever their size; the
+    /// checkpoint monitor names the connections that lag.
+    public var commitLogRetentionBytes: Int = 16 << 20
+
     /// The WAL size, in pages, past which a commit asks for a PASSIVE checkpoint (1000, about
     /// 4 MiB with 4 KiB pages).
     ///

@@ -4,12 +4,24 @@ internal import Synchronization
 
 /// What a `Database` knows about its commits, its connections and its subscribers; guarded by
 /// `Database.state`.
+/// The values of `Database.oldestPinCache` that are not a commit number.
+enum OldestPin {
+    /// Unknown: the next trim scans the connections.
+    static let invalid = UInt64.max
+    /// A trim is scanning; a pin that moves meanwhile stores `invalid`.
+    static let scanning = UInt64.max - 1
+    /// No connection pins the log.
+    static let noPins = UInt64.max - 2
+}
+
 struct DatabaseState {
     /// The newest commit published to the commit log.
     var latestCommit: UInt64
     /// Changesets in commit order, their ranges contiguous, ending at `latestCommit` when not
     /// empty.
     var commitLog: [Changeset] = []
+    /// The sum of the log's ``Changeset/approximateBytes``.
+    var commitLogBytes = 0
     /// The local commit registered just before its SQLite `COMMIT`, until it is published.
     /// There is at most one: commits of this process are made one at a time by the ``Writer``.
     var pending: Changeset?
@@ -88,6 +100,7 @@ extension Database {
         var overflowed: [AsyncStream<Changeset>.Continuation] = []
         for changeset in published {
             state.commitLog.append(changeset)
+            state.commitLogBytes += changeset.approximateBytes
             overflowed += state.subscribers.deliver(changeset)
         }
         state.latestCommit = commit
@@ -125,20 +138,83 @@ extension Database {
     }
 
     /// Drops changesets that no connection can ask for again, keeping at least the most recent
-    /// `commitLogRetention` for idle connections' cache invalidation.
+    /// `commitLogRetention` (and at most about `commitLogRetentionBytes` of them) for idle
+    /// connections' cache invalidation.
+    ///
+    /// Costs O(1) on most commits: the oldest pin is cached until a pin that could change it
+    /// moves (see ``commitLogPinMoved(from:to:)``), so a laggard that pins the log makes no
+    /// commit scan every connection.
     private func trimCommitLog(_ state: inout DatabaseState) {
-        let excess = state.commitLog.count - configuration.commitLogRetention
+        let retention = configuration.commitLogRetention
+        let excess = state.commitLog.count - retention
         // In batches of a quarter of the retention: removing from the front of an array moves
         // every element left, and doing that for one changeset per commit, once the log was
         // full, cost as much as the rest of the commit.
-        let batch = max(1, configuration.commitLogRetention / 4)
-        guard excess >= batch else { return }
-        let oldestPinned =
-            state.connections.values.compactMap { $0.current.commitLogPin }.min() ?? state.latestCommit
+        let batch = max(1, retention / 4)
+        let overBytes = state.commitLogBytes > configuration.commitLogRetentionBytes
+        guard excess >= batch || overBytes else { return }
+        let oldestPinned = oldestCommitLogPin(state) ?? state.latestCommit
         // Keep every changeset after the oldest pin: that connection will ask for them.
         let removable = Self.firstIndex(in: state.commitLog, endingAfter: oldestPinned)
-        let count = min(excess, removable)
-        if count >= batch { state.commitLog.removeFirst(count) }
+        var count = min(max(0, excess), removable)
+        var removedBytes = state.commitLog[..<count].reduce(0) { $0 + $1.approximateBytes }
+        while count < removable, count < state.commitLog.count - 1,
+            state.commitLogBytes - removedBytes > configuration.commitLogRetentionBytes
+        {
+            removedBytes += state.commitLog[count].approximateBytes
+            count += 1
+        }
+        guard count >= batch || (overBytes && count > 0) else { return }
+        state.commitLog.removeFirst(count)
+        state.commitLogBytes -= removedBytes
+        // An array keeps its peak capacity: after a laggard released a long log, give the
+        // memory back.
+        if state.commitLog.capacity > 4 * max(64, state.commitLog.count) {
+            var shrunk: [Changeset] = []
+            shrunk.reserveCapacity(state.commitLog.count)
+            shrunk.append(contentsOf: state.commitLog)
+            state.commitLog = shrunk
+        }
+    }
+
+    /// The oldest commit log pin of any connection, `nil` when none pins the log: from the cache
+    /// when it is valid, else by scanning every connection's record.
+    private func oldestCommitLogPin(_ state: DatabaseState) -> UInt64? {
+        let cached = oldestPinCache.load(ordering: .acquiring)
+        if cached < OldestPin.noPins { return cached }
+        if cached == OldestPin.noPins { return nil }
+        // Mark the scan, so that a pin moving meanwhile (which stores `invalid`) keeps this
+        // scan's result out of the cache.
+        let scanning = oldestPinCache.compareExchange(
+            expected: OldestPin.invalid, desired: OldestPin.scanning, ordering: .acquiringAndReleasing
+        ).exchanged
+        let oldest = state.connections.values.compactMap { $0.current.commitLogPin }.min()
+        if scanning {
+            _ = oldestPinCache.compareExchange(
+                expected: OldestPin.scanning, desired: oldest ?? OldestPin.noPins,
+                ordering: .acquiringAndReleasing)
+        }
+        return oldest
+    }
+
+    /// Called when a connection's commit log pin moved from `from` to `to`: drops the cached
+    /// oldest pin when the move can change it, and then trims the log, so that the memory a
+    /// laggard pinned is given back as soon as it advances or ends, not at the next commit.
+    func commitLogPinMoved(from: UInt64?, to: UInt64?) {
+        let cached = oldestPinCache.load(ordering: .acquiring)
+        let changesOldest: Bool
+        switch cached {
+        case OldestPin.invalid, OldestPin.scanning: changesOldest = true
+        case OldestPin.noPins: changesOldest = to != nil
+        default:
+            // Only the oldest pin moving, or a new pin below it, changes the oldest.
+            changesOldest = (from.map { $0 <= cached } ?? false) || (to.map { $0 < cached } ?? false)
+        }
+        guard changesOldest else { return }
+        oldestPinCache.store(OldestPin.invalid, ordering: .releasing)
+        // Only a pin that moved forward or went away can let the log shrink.
+        guard let from, to.map({ $0 > from }) ?? true else { return }
+        state.withLock { trimCommitLog(&$0) }
     }
 
     /// How many changesets the commit log holds (for tests and the monitor).

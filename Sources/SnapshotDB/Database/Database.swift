@@ -41,6 +41,9 @@ public final class Database: Sendable {
     /// which is after SQLite committed it. A transaction that loads it before it begins sees a
     /// counter at least this high, unless older contents were put back from outside.
     let publishedCommit = Atomic<UInt64>(0)
+    /// The oldest commit log pin of any connection, cached for the commit log's trimming, or one
+    /// of the ``OldestPin`` markers.
+    let oldestPinCache = Atomic<UInt64>(OldestPin.invalid)
 
     /// Opens or creates the database at `path` with the default configuration.
     ///
