@@ -52,6 +52,12 @@ public final class Connection: Sendable {
         database.unregisterConnection(id)
     }
 
+    /// Waits for the connection's running call, then ends its bookmark and closes its handle;
+    /// called by ``Database/close()`` once new calls are refused.
+    func closeForDatabase() {
+        queue.sync { [core] in core.close() }
+    }
+
     private func serialized<T>(_ body: (ConnectionCore) throws -> T) throws -> T {
         // Also through other connections (`a.read { b.read { a.read { } } }`): this thread
         // holds the queue, and waiting for it would trap in libdispatch.
@@ -69,8 +75,9 @@ public final class Connection: Sendable {
         let result = UnsafeMutablePointer<T>.allocate(capacity: 1)
         defer { result.deallocate() }
         var failure: (any Error)?
-        queue.sync { [core, id] in
+        queue.sync { [core, id, database] in
             do {
+                try database.checkOpen()
                 result.initialize(to: try ActiveConnections.running(id) { try body(core) })
             } catch {
                 failure = error
@@ -93,9 +100,12 @@ public final class Connection: Sendable {
         let cancellation = TaskCancellation()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                queue.async { [core, id] in
+                queue.async { [core, id, database] in
                     continuation.resume(
-                        with: Result { try ActiveConnections.running(id) { try body(core, cancellation) } })
+                        with: Result {
+                            try database.checkOpen()
+                            return try ActiveConnections.running(id) { try body(core, cancellation) }
+                        })
                 }
             }
         } onCancel: {

@@ -43,6 +43,7 @@ final class ConnectionCore: @unchecked Sendable {
     func handle() throws(DatabaseError) -> SQLiteHandle {
         if let openedHandle, !openedHandle.isBroken { return openedHandle }
         openedHandle = nil
+        try database.checkOpen()
         let configuration = database.configuration
         let handle = try SQLiteHandle(path: database.path)
         handle.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
@@ -327,6 +328,16 @@ final class ConnectionCore: @unchecked Sendable {
         guard hadBookmark else { return }
         if let openedHandle { try? openedHandle.rollback() }
         recordSnapshot(nil)
+    }
+
+    /// Ends the bookmark and closes the handle, for ``Database/close()``.
+    func close() {
+        record.update { record in
+            record.deliveredThrough = nil
+            record.bookmarkLost = false
+        }
+        recordSnapshot(nil)
+        openedHandle = nil
     }
 
     // MARK: Value access for transactions

@@ -9,6 +9,8 @@ internal import Synchronization
 /// takes bookmarks again at the same commit) and for the commit log's retention. Each record
 /// has its own lock, so a transaction that records its snapshot takes no database-wide lock.
 final class ConnectionRecord: Sendable {
+    /// The next connection id of the process.
+    static let nextID = Atomic<Int>(1)
     let id: Int
     let name: String
     private let state: Mutex<SnapshotRecord>
@@ -85,9 +87,11 @@ extension Database {
     /// Registers a new connection's record and returns it.
     func registerConnection(name: String) -> ConnectionRecord {
         let database = WeakDatabase(self)
+        // Unique in the process, not only in this database: the misuse check of nested calls
+        // (`ActiveConnections`) tells connections of every database apart by id.
+        let id = ConnectionRecord.nextID.wrappingAdd(1, ordering: .relaxed).oldValue
         return state.withLock { state in
-            defer { state.nextConnectionID += 1 }
-            let record = ConnectionRecord(id: state.nextConnectionID, name: name) { from, to in
+            let record = ConnectionRecord(id: id, name: name) { from, to in
                 database.database?.commitLogPinMoved(from: from, to: to)
             }
             state.connections[record.id] = record

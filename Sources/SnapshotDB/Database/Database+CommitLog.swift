@@ -30,7 +30,6 @@ struct DatabaseState {
     var subscribers = Subscribers<Changeset>(finishesOverflowingStreams: true)
     var codecs: [String: any ValueCodec] = [:]
     var codecsFrozen = false
-    var nextConnectionID = 1
 
     init(latestCommit: UInt64) { self.latestCommit = latestCommit }
 }

@@ -44,6 +44,8 @@ public final class Database: Sendable {
     /// The oldest commit log pin of any connection, cached for the commit log's trimming, or one
     /// of the ``OldestPin`` markers.
     let oldestPinCache = Atomic<UInt64>(OldestPin.invalid)
+    /// Set by ``close()``: every call after it throws `databaseClosed`.
+    let closed = Atomic<Bool>(false)
 
     /// Opens or creates the database at `path` with the default configuration.
     ///
@@ -112,6 +114,7 @@ public final class Database: Sendable {
     }
 
     deinit {
+        guard !isClosed else { return }
         finishSubscribers()
         checkpointer.close()
         OpenFiles.release(path)

@@ -65,6 +65,9 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         /// write. The next ``Connection/beginLongLivedReadTransaction()`` returns every commit
         /// since the last one it returned.
         public static let bookmarkLost = Code("bookmarkLost")
+        /// The database was closed (``Database/close()``); nothing can be read or written
+        /// through it or its connections.
+        public static let databaseClosed = Code("databaseClosed")
         /// Any other SQLite error; ``DatabaseError/sqliteCode`` holds SQLite's result code.
         public static let sqlite = Code("sqlite")
 

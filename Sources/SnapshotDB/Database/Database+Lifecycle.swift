@@ -1,0 +1,153 @@
+internal import Foundation
+internal import Synchronization
+
+#if canImport(Glibc)
+    internal import Glibc
+#elseif canImport(Darwin)
+    internal import Darwin
+#endif
+
+extension Database {
+    /// Whether ``close()`` was called.
+    public var isClosed: Bool { closed.load(ordering: .acquiring) }
+
+    func checkOpen() throws(DatabaseError) {
+        guard isClosed else { return }
+        throw DatabaseError(.databaseClosed, "the database \(path) was closed")
+    }
+
+    /// Closes the database: refuses new transactions, waits for the running ones, ends every
+    /// bookmark, checkpoints and truncates the WAL when nothing outside this process reads it,
+    /// and closes every SQLite handle.
+    ///
+    /// Afterwards every call on the database or its connections throws
+    /// ``DatabaseError/Code/databaseClosed``, `changes()` streams and checkpoint event streams
+    /// finish, and the file may be opened again at once, in this process or another. Calling
+    /// it again does nothing. Releasing the database without closing it still closes it (when
+    /// its last connection is released).
+    ///
+    /// ```swift
+    /// try db.close()    // at shutdown, e.g. in a swift-service-lifecycle Service
+    /// ```
+    ///
+    /// - Throws: `misuse` when called from inside a transaction of this database, which would
+    ///   wait for itself.
+    public func close() throws(DatabaseError) {
+        let connections = state.withLock { state in
+            state.connections.values.compactMap { $0.current.connection }
+        }
+        if writer.lock.isHeldByCurrentThread
+            || connections.contains(where: { ActiveConnections.contains($0.id) })
+        {
+            throw DatabaseError(
+                .misuse,
+                "close() was called from inside a transaction of this database, which would wait for itself")
+        }
+        guard
+            closed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        else { return }
+        // New calls are refused from here on; each queue's running call finishes first.
+        for connection in connections { connection.closeForDatabase() }
+        // With no reader of this process left, the WAL can be copied back and truncated; a
+        // reader of another process keeps it (SQLite then leaves the files for that process).
+        _ = try? checkpointer.runExplicitly(.truncate, database: self)
+        finishSubscribers()
+        checkpointer.close()
+        OpenFiles.release(path)
+    }
+
+    /// Copies the database, as of one commit, to a new file at `destination` while writers go
+    /// on, and returns that commit.
+    ///
+    /// The copy is made with SQLite's `VACUUM INTO` in one read transaction (so it is
+    /// consistent and compact), written under a temporary name in the destination's directory
+    /// with ``Configuration/fileMode``, synced, and renamed into place: a crash leaves either
+    /// no file or a whole one. The copy opens as a SnapshotDB database at the returned commit,
+    /// with its commit counter. It costs a read of every page and a write of the copy; readers
+    /// and writers of this database are not held back (the read transaction pins the WAL while
+    /// it runs).
+    ///
+    /// - Throws: `cannotOpen` when `destination` exists or its directory cannot be written,
+    ///   `diskFull`, `databaseClosed`, and other ``DatabaseError``s from SQLite. Nothing is
+    ///   left at `destination` on failure.
+    @discardableResult
+    public func backup(to destination: String) throws(DatabaseError) -> UInt64 {
+        try checkOpen()
+        let target = try Self.resolve(destination)
+        guard access(target, F_OK) != 0 else {
+            throw DatabaseError(.cannotOpen, "cannot back up to \(target): the file exists")
+        }
+        let directory = (target as NSString).deletingLastPathComponent
+        let temporary =
+            directory + "/." + (target as NSString).lastPathComponent + ".backup-\(UUID().uuidString)"
+        let descriptor = open(
+            temporary, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode_t(configuration.fileMode))
+        guard descriptor >= 0 else {
+            throw DatabaseError(
+                .cannotOpen, "cannot create \(temporary): \(String(cString: strerror(errno)))")
+        }
+        fchmod(descriptor, mode_t(configuration.fileMode))
+        Glibc.close(descriptor)
+        do throws(DatabaseError) {
+            let source = try SQLiteHandle(path: path, readOnly: true)
+            let statement = try SQLiteStatement(handle: source, sql: "VACUUM INTO ?1", persistent: false)
+            try statement.bind(temporary, at: 1)
+            _ = try statement.step()
+            statement.reset()
+            let copy = try SQLiteHandle(path: temporary, readOnly: true)
+            let commit = try copy.readCommitState().commit
+            try Self.syncFile(temporary)
+            guard rename(temporary, target) == 0 else {
+                throw DatabaseError(
+                    .cannotOpen, "cannot rename the backup to \(target): \(String(cString: strerror(errno)))")
+            }
+            try Self.syncFile(directory)
+            return commit
+        } catch {
+            unlink(temporary)
+            throw error
+        }
+    }
+
+    /// Rebuilds the database file compactly (SQLite's `VACUUM`), giving the space of deleted
+    /// values back to the file system.
+    ///
+    /// Holds the writer lock while it runs: it rewrites every page, so it costs about a write of
+    /// the whole database into the WAL (and that much free disk), which the next checkpoint
+    /// copies back. Readers go on, and bookmarks keep their snapshots. Values and the commit
+    /// counter are unchanged, so it makes no commit and no changeset.
+    ///
+    /// - Throws: `misuse` inside a read-write transaction of this database, `databaseClosed`,
+    ///   `diskFull` and other ``DatabaseError``s from SQLite.
+    public func vacuum() throws(DatabaseError) {
+        try checkOpen()
+        if writer.lock.isHeldByCurrentThread {
+            throw DatabaseError(
+                .misuse, "vacuum() was called inside a read-write transaction of this database")
+        }
+        let handle = try SQLiteHandle(path: path)
+        handle.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
+        try handle.configureForSnapshotDB(
+            synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
+        handle.recordCommitFrames()
+        writer.lock.lock()
+        defer { writer.lock.unlock() }
+        try handle.execute("VACUUM")
+        checkpointer.didCommit(latestCommit, frames: handle.takeCommitFrames())
+        checkpointer.requestCheckpoint()
+    }
+
+    /// `fsync` of a file or directory.
+    static func syncFile(_ path: String) throws(DatabaseError) {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw DatabaseError(
+                .cannotOpen, "cannot open \(path) to sync it: \(String(cString: strerror(errno)))")
+        }
+        defer { Glibc.close(descriptor) }
+        guard fsync(descriptor) == 0 else {
+            let code: DatabaseError.Code = errno == ENOSPC ? .diskFull : .sqlite
+            throw DatabaseError(code, "cannot sync \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+}

@@ -1,0 +1,114 @@
+import Foundation
+import Testing
+
+@testable import SnapshotDB
+
+/// Closing a database, backing it up while writers go on, and vacuuming it.
+@Suite("Lifecycle: close, backup, vacuum")
+struct LifecycleTests {
+    @Test func closeEndsEverythingAndTheFileReopensAtOnce() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("close.sqlite").path
+            let db = try Database(path: path)
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try await writer.readWrite { try $0.set(Item(title: "a"), forKey: "a", inCollection: "c") }
+            try ui.beginLongLivedReadTransaction()
+            let commits = db.changes()
+            try db.close()
+            #expect(db.isClosed)
+            #expect(!ui.isInLongLivedReadTransaction)
+            Self.expectClosed(ui, writer)
+            await #expect(throws: DatabaseError.self) {
+                try await ui.read { try $0.count(inCollection: "c") }
+            }
+            var delivered = 0
+            for await _ in commits { delivered += 1 }
+            #expect(delivered == 0, "the changes() stream finished")
+            try db.close()  // idempotent
+            // Nothing pinned the WAL: it was checkpointed and the handles closed, so SQLite
+            // removed the -wal and -shm with the last one.
+            #expect(!FileManager.default.fileExists(atPath: path + "-wal"))
+            let reopened = try Database(path: path)
+            #expect(reopened.latestCommit == 1)
+            #expect(try await reopened.newConnection().read { try $0.count(inCollection: "c") } == 1)
+        }
+    }
+
+    static func expectClosed(_ ui: Connection, _ writer: Connection) {
+        expectError(.databaseClosed) { try ui.read { try $0.count(inCollection: "c") } }
+        expectError(.databaseClosed) { try writer.readWrite { try $0.removeAll(inCollection: "c") } }
+        expectError(.databaseClosed) { try ui.beginLongLivedReadTransaction() }
+    }
+
+    @Test func closeFromInsideATransactionIsMisuse() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            _ = try writer.readWrite { _ in expectError(.misuse) { try db.close() } }
+            _ = try writer.read { _ in expectError(.misuse) { try db.close() } }
+            #expect(!db.isClosed)
+        }
+    }
+
+    @Test func backupCopiesOneCommitWhileWritersGoOn() throws {
+        try withTemporaryDirectory { directory in
+            let db = try Database(path: directory.appendingPathComponent("source.sqlite").path)
+            let writer = db.newConnection(name: "writer")
+            for index in 0..<50 {
+                try writer.readWrite {
+                    try $0.set(Item(title: "\(index)"), forKey: "k\(index)", inCollection: "c")
+                }
+            }
+            let destination = directory.appendingPathComponent("backup.sqlite").path
+            let copied = try db.backup(to: destination)
+            try writer.readWrite { try $0.set(Item(title: "after"), forKey: "after", inCollection: "c") }
+            #expect(copied == 50)
+            var info = stat()
+            #expect(stat(destination, &info) == 0)
+            #expect(info.st_mode & 0o777 == 0o600)
+            #expect(try isIntact(destination))
+            let copy = try Database(path: destination)
+            #expect(copy.latestCommit == 50)
+            let reader = copy.newConnection()
+            #expect(try reader.read { try $0.count(inCollection: "c") } == 50)
+            #expect(
+                try reader.read { try $0.value(forKey: "k7", inCollection: "c", as: Item.self) }
+                    == Item(title: "7"))
+            // An existing destination is refused, and nothing is left behind on failure.
+            expectError(.cannotOpen) { try db.backup(to: destination) }
+            let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+                .filter { $0.contains(".backup-") }
+            #expect(leftovers.isEmpty)
+        }
+    }
+
+    @Test func vacuumKeepsValuesAndCommitsAndGivesSpaceBack() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try writer.readWrite { txn in
+                for index in 0..<2_000 {
+                    try txn.setData(
+                        Data(repeating: 7, count: 1_000), forKey: "k\(index)", inCollection: "big")
+                }
+                try txn.set(Item(title: "kept"), forKey: "kept", inCollection: "c")
+            }
+            try writer.readWrite { try $0.removeAll(inCollection: "big") }
+            try db.checkpoint(.truncate)
+            let before = fileSize(db.path)
+            try ui.beginLongLivedReadTransaction()
+            try db.vacuum()
+            #expect(try ui.read { try $0.count(inCollection: "c") } == 1, "the bookmark reads on")
+            try ui.endLongLivedReadTransaction()
+            try db.checkpoint(.truncate)
+            #expect(fileSize(db.path) < before / 2)
+            #expect(db.latestCommit == 2)
+            #expect(
+                try writer.read { try $0.value(forKey: "kept", inCollection: "c", as: Item.self) }
+                    == Item(title: "kept"))
+            try writer.readWrite { try $0.set(Item(title: "next"), forKey: "next", inCollection: "c") }
+            #expect(db.latestCommit == 3)
+            #expect(try isIntact(db.path))
+        }
+    }
+}
