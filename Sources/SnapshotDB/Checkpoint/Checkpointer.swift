@@ -116,7 +116,7 @@ final class Checkpointer: Sendable {
     /// The WAL bytes in use as this process last saw them.
     var knownWALBytes: Int64 { walBytes(frames: state.withLock { $0.walFrames }) }
 
-    private var isOnQueue: Bool { DispatchQueue.getSpecific(key: Self.queueKey) == ObjectIdentifier(self) }
+    var isOnQueue: Bool { DispatchQueue.getSpecific(key: Self.queueKey) == ObjectIdentifier(self) }
 
     // MARK: The commit path
 

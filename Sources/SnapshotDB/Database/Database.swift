@@ -86,15 +86,21 @@ public final class Database: Sendable {
             let fileState = try Schema.inspectFile(at: resolved)
             if case .new = fileState {
                 try Schema.createFile(at: resolved, mode: configuration.fileMode)
-                OpenFiles.recordCreated(resolved)
             }
+            // A -wal with frames must stay as it is until every check passed: closing the
+            // handle of a refused open must not checkpoint it (`setCheckpointsOnClose(_:)`). An
+            // empty or missing one is left to SQLite's close, which removes the files the open
+            // created without writing to the main file.
+            let walHasFrames = Checkpointer.fileSize(resolved + "-wal") > 0
             let setup = try SQLiteHandle(path: resolved)
+            if walHasFrames { setup.setCheckpointsOnClose(false) }
             setup.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
             try Schema.prepare(setup, path: resolved)
             try setup.configureForSnapshotDB(
                 synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
             let latest = try Self.readCommitCounter(setup)
             let pageSize = try setup.pageSize()
+            if walHasFrames { setup.setCheckpointsOnClose(true) }
             self.path = resolved
             self.configuration = configuration
             self.state = Mutex(DatabaseState(latestCommit: latest))
@@ -107,6 +113,7 @@ public final class Database: Sendable {
         }
         checkpointer.database = WeakDatabase(self)
         checkpointer.checkpointAtOpen()
+        OpenFiles.attach(resolved, self)
     }
 
     deinit {
@@ -205,62 +212,6 @@ public final class Database: Sendable {
         defer { free(realDirectory) }
         let base = String(cString: realDirectory)
         return (base == "/" ? "" : base) + "/" + url.lastPathComponent
-    }
-}
-
-/// The files open in this process, so that a second `Database` on the same file is refused
-/// before SQLite touches it: by resolved path, and by device and inode, which also catch a
-/// hard link or a symbolic link to an open file (two SQLite handles on one file through
-/// different names would not share their locks' bookkeeping).
-enum OpenFiles {
-    private struct FileID: Hashable {
-        let device: UInt64
-        let inode: UInt64
-    }
-
-    private struct State {
-        var paths: Set<String> = []
-        var files: [FileID: String] = [:]
-    }
-
-    private static let state = Mutex(State())
-
-    static func claim(_ path: String) throws(DatabaseError) {
-        let id = fileID(path)
-        try state.withLock { state throws(DatabaseError) in
-            if let id, let other = state.files[id], other != path {
-                throw DatabaseError(
-                    .alreadyOpen,
-                    "\(path) is the same file as \(other), which is already open in this process; "
-                        + "share its Database and make connections from it")
-            }
-            guard state.paths.insert(path).inserted else {
-                throw DatabaseError(
-                    .alreadyOpen,
-                    "\(path) is already open in this process; share its Database and make connections from it"
-                )
-            }
-            if let id { state.files[id] = path }
-        }
-    }
-
-    /// Records the device and inode of a file `claim` found missing and the open then created.
-    static func recordCreated(_ path: String) {
-        guard let id = fileID(path) else { return }
-        state.withLock { $0.files[id] = path }
-    }
-
-    static func release(_ path: String) {
-        state.withLock { state in
-            state.paths.remove(path)
-            state.files = state.files.filter { $0.value != path }
-        }
-    }
-
-    private static func fileID(_ path: String) -> FileID? {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        return FileID(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
     }
 }
 
