@@ -81,13 +81,11 @@ enum Schema {
         guard header.count == 100, header.prefix(16) == magic else {
             throw DatabaseError(.notADatabase, "\(path) is not a SQLite database (bad header)")
         }
-        func bigEndian32(_ offset: Int) -> UInt32 {
-            header[offset..<offset + 4].reduce(0) { $0 << 8 | UInt32($1) }
-        }
-        let applicationID = Int32(bitPattern: bigEndian32(68))
-        let version = Int64(bigEndian32(60))
+        let applicationID = Int32(bitPattern: bigEndian32(header, at: 68))
+        let version = Int64(bigEndian32(header, at: 60))
         switch applicationID {
         case Schema.applicationID:
+            try checkFormat(of: path, header: header)
             if version > currentVersion {
                 throw DatabaseError(
                     .schemaTooNew,
@@ -96,6 +94,7 @@ enum Schema {
             }
             return .snapshotDB(version: version)
         case 0 where header[18] == 1 && header[19] == 1:
+            try checkFormat(of: path, header: header)
             return .emptyCandidate
         default:
             throw DatabaseError(
