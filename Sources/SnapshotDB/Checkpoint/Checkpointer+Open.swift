@@ -11,23 +11,36 @@ extension Checkpointer {
         var frames = 0
         var checkpointed = 0
         if fileBytes > 0 {
-            let passive = try? perform(.passive)
-            frames = passive?.walFrames ?? 0
-            checkpointed = passive?.checkpointedFrames ?? 0
-            if let truncate = try? perform(.truncate, busyTimeout: Self.resetWait), truncate.isComplete {
+            let walSize = "found a WAL of \(ByteCount(fileBytes)) at open"
+            let metadata: Logger.Metadata = ["wal_bytes_at_open": "\(fileBytes)"]
+            let passive = Result { () throws(DatabaseError) in try perform(.passive) }
+            if case .success(let result) = passive {
+                frames = result.walFrames
+                checkpointed = result.checkpointedFrames
+            }
+            let truncate = passive.flatMap { _ in
+                Result { () throws(DatabaseError) in try perform(.truncate, busyTimeout: Self.resetWait) }
+            }
+            switch truncate {
+            case .success(let result) where result.isComplete:
                 frames = 0
                 checkpointed = 0
                 logger.notice(
-                    "found a WAL of \(ByteCount(fileBytes)) at open (\(passive?.walFrames ?? 0) frames); checkpointed and truncated it",
-                    metadata: ["wal_bytes_at_open": "\(fileBytes)"])
-            } else {
+                    "\(walSize) (\((try? passive.get())?.walFrames ?? 0) frames); checkpointed and truncated it",
+                    metadata: metadata)
+            case .success:
                 let readers = externalReaders()
                 let culprits =
                     readers.isEmpty
                     ? "a reader in another process" : Self.culpritList(Self.culpritNames([], readers))
                 logger.warning(
-                    "found a WAL of \(ByteCount(fileBytes)) at open (\(frames) frames, \(checkpointed) checkpointed); it cannot be reset while \(culprits) reads it",
-                    metadata: ["wal_bytes_at_open": "\(fileBytes)"])
+                    "\(walSize) (\(frames) frames, \(checkpointed) checkpointed); it cannot be reset while \(culprits) reads it",
+                    metadata: metadata)
+            case .failure(let error):
+                // A failed checkpoint says nothing about readers: name what failed.
+                logger.warning(
+                    "\(walSize); it could not be checkpointed: \(Self.openCheckpointFailure(error))",
+                    metadata: metadata)
             }
         }
         let generation = frames > 0 ? walGeneration.read() : nil
@@ -41,5 +54,14 @@ extension Checkpointer {
             state.frameMap.reset(commit: latest, endFrame: frames)
         }
         metrics.recordWALBytes(walBytes(frames: frames))
+    }
+
+    /// Why the open's checkpoint failed, in words: a full disk first, since it is the usual
+    /// cause and the one a user can fix.
+    static func openCheckpointFailure(_ error: DatabaseError) -> String {
+        guard error.code == .diskFull else { return "\(error)" }
+        return "the disk is full (or the process's file size limit is reached), so the main file "
+            + "cannot take the WAL's pages; it stays in the WAL and is checkpointed once space returns "
+            + "(\(error.message))"
     }
 }
