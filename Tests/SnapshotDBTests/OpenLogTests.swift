@@ -43,8 +43,12 @@ struct OpenLogTests {
             #expect(!warnings.contains("reader"), "child said: \(child.output)")
             #expect(child.terminationStatus == 0)
             // With space back, the next open checkpoints it and every commit is there.
-            let db = try Database(path: path)
+            let logs = LogCapture()
+            var configuration = Configuration()
+            configuration.checkpointLogger = logs.logger
+            let db = try Database(path: path, configuration: configuration)
             #expect(db.latestCommit == 2)
+            #expect(logs.messages(at: .notice).contains { $0.contains("checkpointed and truncated it") })
             #expect(try db.newConnection().read { try $0.count(inCollection: "big") } == 100)
         }
     }

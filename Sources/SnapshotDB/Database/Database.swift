@@ -47,8 +47,9 @@ public final class Database: Sendable {
     ///
     /// - Throws: ``DatabaseError`` with code `alreadyOpen` when this process has the file open,
     ///   `notADatabase` for a foreign or damaged file (left untouched), `schemaTooNew` for a
-    ///   SnapshotDB file written by a newer version, `cannotOpen`/`readOnly` when the file or
-    ///   its directory cannot be used.
+    ///   SnapshotDB file written by a newer version, `unsupportedFormat` for a newer SQLite file
+    ///   format, `corrupt` for damage the open reads, `walUnreadable` for a `-wal` SQLite
+    ///   refuses, `cannotOpen`/`readOnly` when the file or its directory cannot be used.
     public convenience init(path: String) throws(DatabaseError) {
         try self.init(path: path, configuration: Configuration())
     }
@@ -56,14 +57,25 @@ public final class Database: Sendable {
     /// Opens or creates the database at `path` with `configuration`.
     ///
     /// A new file is created with ``Configuration/fileMode``, in WAL mode, with the current
-    /// schema. An existing file is checked before SQLite touches it: a file that is not a
-    /// SnapshotDB (or empty SQLite) database is refused and not modified, and no `-wal` or
-    /// `-shm` is created for it.
+    /// schema, under a temporary name in the same directory that is synced and then linked into
+    /// place: a crash or power cut leaves no half-made file under `path`. An existing file is
+    /// checked before SQLite touches it: a file that is not a SnapshotDB (or empty SQLite)
+    /// database is refused and not modified, and no `-wal` or `-shm` is created for it. A file
+    /// of zeros beside the hot journal of its own creation (an in-place creation cut short by a
+    /// power cut) is rolled back by SQLite, as any SQLite client would, and created again.
+    ///
+    /// Nothing is written until the checks have read what the library needs (the header, the
+    /// schema, the metadata rows and the commit counter): a refused open leaves the main file
+    /// and its `-wal` exactly as they were (SQLite's own recovery may rebuild the `-shm`).
+    /// `PRAGMA quick_check` is not run: it reads the whole file (about 0.1 s per 128 MiB from
+    /// the page cache, the file's full size from disk when cold), a cost every open would pay.
     ///
     /// Damaged and unwritable files:
     ///
     /// - A `-wal` or `-shm` left by a process that is gone (a crash, a copy) is recovered by
-    ///   SQLite and the open does not fail. The `-shm` is rebuilt from the `-wal` whatever it
+    ///   SQLite and the open does not fail, except for a `-wal` whose intact header names a WAL
+    ///   version SQLite does not read (`walUnreadable`) and a `-wal` or `-shm` that is not a
+    ///   regular file (`cannotOpen`). The `-shm` is rebuilt from the `-wal` whatever it
     ///   holds. The `-wal` is replayed up to its first frame that is cut short or fails its
     ///   checksum: every commit checkpointed into the main file and every commit whose frames
     ///   come before the damage opens intact, values and commit counter of the same commit.
@@ -82,10 +94,22 @@ public final class Database: Sendable {
     public init(path: String, configuration: Configuration) throws(DatabaseError) {
         let resolved = try Self.resolve(path)
         try OpenFiles.claim(resolved)
-        do {
-            let fileState = try Schema.inspectFile(at: resolved)
-            if case .new = fileState {
+        do throws(DatabaseError) {
+            var fileState = try Schema.inspectFile(at: resolved)
+            if case .missing = fileState {
+                let created = try Schema.createDatabase(at: resolved, mode: configuration.fileMode)
+                // Created by someone else meanwhile: checked like any existing file.
+                fileState =
+                    created
+                    ? .snapshotDB(version: Schema.currentVersion) : try Schema.inspectFile(at: resolved)
+            }
+            switch fileState {
+            case .missing:
+                throw DatabaseError(.cannotOpen, "\(resolved) was created and removed again while opening")
+            case .new:
                 try Schema.createFile(at: resolved, mode: configuration.fileMode)
+            case .interruptedCreation, .snapshotDB, .emptyCandidate:
+                break
             }
             // A -wal with frames must stay as it is until every check passed: closing the
             // handle of a refused open must not checkpoint it (`setCheckpointsOnClose(_:)`). An
