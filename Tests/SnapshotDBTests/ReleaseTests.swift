@@ -26,6 +26,23 @@ struct ReleaseTests {
         }
     }
 
+    /// The same through the `async` transactions, whose closures run on the connection's queue.
+    @Test func reopeningRightAfterAnAsyncTransactionAlwaysSucceeds() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("reopen.sqlite").path
+            var configuration = Configuration()
+            configuration.checkpointThresholdPages = 1
+            configuration.synchronous = .normal
+            for round in 0..<300 {
+                let db = try Database(path: path, configuration: configuration)
+                try await db.newConnection(name: "writer").readWrite { txn in
+                    try txn.set(Item(title: "round \(round)"), forKey: "\(round % 7)", inCollection: "c")
+                }
+                #expect(try await db.newConnection(name: "reader").read { $0.commit } == UInt64(round + 1))
+            }
+        }
+    }
+
     /// A second open while the first `Database` is still held by its user stays refused.
     @Test func aDatabaseStillHeldStaysOpen() throws {
         try withTemporaryDatabase { db in
