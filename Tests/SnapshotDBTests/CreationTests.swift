@@ -66,6 +66,26 @@ struct CreationTests {
         }
     }
 
+    /// A `-wal` or `-journal` left beside a database that was deleted: before, the new database
+    /// was created and SQLite replayed the old `-wal`'s pages into it (or rolled the journal
+    /// back over it).
+    @Test(arguments: ["-wal", "-journal"])
+    func anOrphanedSideFileIsNotAppliedToANewDatabase(_ suffix: String) throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("gone.sqlite").path
+            let crash = try DamagedFileTests.CrashCopy.make(in: directory)
+            if suffix == "-wal" {
+                try FileManager.default.copyItem(atPath: crash.walPath, toPath: path + suffix)
+            } else {
+                try Self.journalHeader(initialPages: 3).write(to: URL(fileURLWithPath: path + suffix))
+            }
+            let before = try directoryContents(directory)
+            let error = expectError(.cannotOpen) { try Database(path: path) }
+            #expect(error?.message.contains("deleted or moved") == true, "\(String(describing: error))")
+            #expect(try directoryContents(directory) == before)
+        }
+    }
+
     /// A rollback journal header (SQLite's "Rollback journal" format): magic, record count 0,
     /// nonce, the database's size in pages before the transaction, sector and page size; padded
     /// to one sector.

@@ -24,6 +24,7 @@ extension Schema {
     /// - Throws: `readOnly`/`cannotOpen` when the directory cannot take the file, or what SQLite
     ///   reports while writing the schema (`diskFull`); nothing is left behind.
     static func createDatabase(at path: String, mode: UInt16) throws(DatabaseError) -> Bool {
+        try refuseOrphanedSideFiles(of: path)
         let url = URL(fileURLWithPath: path)
         let directory = url.deletingLastPathComponent().path
         let temporary =
@@ -41,14 +42,38 @@ extension Schema {
         }
         try sync(temporary, what: "the new database")
         if link(temporary, path) != 0 {
-            if errno == EEXIST { return false }
-            throw DatabaseError(
-                errno == EACCES || errno == EROFS || errno == EPERM ? .readOnly : .cannotOpen,
-                "cannot create \(path): \(String(cString: strerror(errno)))")
+            let linkError = errno
+            if linkError == EEXIST { return false }
+            // File systems without hard links (FAT, some network and FUSE file systems) say
+            // EPERM or ENOTSUP: `rename` then, unless a file appeared under the name meanwhile
+            // (a race that `link` closes and this check only narrows).
+            let noHardLinks = [EPERM, ENOTSUP, EOPNOTSUPP, EMLINK, ENOSYS].contains(linkError)
+            guard noHardLinks, access(path, F_OK) != 0, errno == ENOENT else {
+                if noHardLinks { return false }
+                throw DatabaseError(
+                    linkError == EACCES || linkError == EROFS ? .readOnly : .cannotOpen,
+                    "cannot create \(path): \(String(cString: strerror(linkError)))")
+            }
+            if rename(temporary, path) != 0 {
+                throw DatabaseError(.cannotOpen, "cannot create \(path): \(String(cString: strerror(errno)))")
+            }
         }
         // The new name must survive a power cut as well as the file's contents.
         try sync(directory, what: "the directory of \(path)")
         return true
+    }
+
+    /// Refuses to create a database beside a `-wal` or `-journal` with content: they belong to a
+    /// database that was deleted or moved without them, and SQLite would replay (or roll back)
+    /// their pages into the new file.
+    private static func refuseOrphanedSideFiles(of path: String) throws(DatabaseError) {
+        for suffix in ["-wal", "-journal"] where fileSize(path + suffix) > 0 {
+            throw DatabaseError(
+                .cannotOpen,
+                "\(path) does not exist, but \(path)\(suffix) does: it belongs to a database that was "
+                    + "deleted or moved without it, and SQLite would apply its pages to a new database. "
+                    + "Put the database back beside it, or move \(path)\(suffix) (and \(path)-shm) away")
+        }
     }
 
     /// Creates an empty file with `mode` so that the database, and through it its `-wal` and
