@@ -4,13 +4,18 @@ internal import Synchronization
 
 extension Checkpointer {
     /// At open: a WAL left behind by an earlier run (or by another process) is checkpointed and
-    /// truncated when nothing pins it, and its size is logged.
-    func checkpointAtOpen() {
+    /// truncated when nothing pins it, and its size is logged. A database SQLite opened
+    /// read-only keeps its WAL as it is, without a checkpoint that could only fail.
+    func checkpointAtOpen(readOnly: Bool = false) {
         let latest = database?.database?.latestCommit ?? 0
         let fileBytes = Self.fileSize(path + "-wal")
         var frames = 0
         var checkpointed = 0
-        if fileBytes > 0 {
+        if fileBytes > 0 && readOnly {
+            logger.debug(
+                "found a WAL of \(ByteCount(fileBytes)) at open; the database is read-only here, so it stays as it is",
+                metadata: ["wal_bytes_at_open": "\(fileBytes)"])
+        } else if fileBytes > 0 {
             let walSize = "found a WAL of \(ByteCount(fileBytes)) at open"
             let metadata: Logger.Metadata = ["wal_bytes_at_open": "\(fileBytes)"]
             let passive = Result { () throws(DatabaseError) in try perform(.passive) }
@@ -35,6 +40,11 @@ extension Checkpointer {
                     ? "a reader in another process" : Self.culpritList(Self.culpritNames([], readers))
                 logger.warning(
                     "\(walSize) (\(frames) frames, \(checkpointed) checkpointed); it cannot be reset while \(culprits) reads it",
+                    metadata: metadata)
+            case .failure(let error) where error.code == .readOnly:
+                // A `-shm` this process cannot write: readable, and nothing to warn about.
+                logger.debug(
+                    "\(walSize); the database is read-only here, so it stays as it is (\(error.message))",
                     metadata: metadata)
             case .failure(let error):
                 // A failed checkpoint says nothing about readers: name what failed.

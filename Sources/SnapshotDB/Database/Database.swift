@@ -93,6 +93,7 @@ public final class Database: Sendable {
     /// - Throws: see ``init(path:)``.
     public init(path: String, configuration: Configuration) throws(DatabaseError) {
         let resolved = try Self.resolve(path)
+        let isReadOnly: Bool
         try OpenFiles.claim(resolved)
         do throws(DatabaseError) {
             var fileState = try Schema.inspectFile(at: resolved)
@@ -124,6 +125,7 @@ public final class Database: Sendable {
                 synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
             let latest = try Self.readCommitCounter(setup)
             let pageSize = try setup.pageSize()
+            isReadOnly = setup.isReadOnly
             if walHasFrames { setup.setCheckpointsOnClose(true) }
             self.path = resolved
             self.configuration = configuration
@@ -136,7 +138,7 @@ public final class Database: Sendable {
             throw Self.explainUnwritableDirectory(error, path: resolved)
         }
         checkpointer.database = WeakDatabase(self)
-        checkpointer.checkpointAtOpen()
+        checkpointer.checkpointAtOpen(readOnly: isReadOnly)
         OpenFiles.attach(resolved, self)
     }
 

@@ -11,4 +11,8 @@ extension SQLiteHandle {
     func setCheckpointsOnClose(_ enabled: Bool) {
         _ = snapshotdb_db_config_no_ckpt_on_close(pointer, enabled ? 0 : 1)
     }
+
+    /// Whether SQLite opened the main database read-only (`sqlite3_db_readonly`): the file or
+    /// its file system cannot be written.
+    var isReadOnly: Bool { sqlite3_db_readonly(pointer, "main") == 1 }
 }
