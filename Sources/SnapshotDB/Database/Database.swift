@@ -116,7 +116,7 @@ public final class Database: Sendable {
             // handle of a refused open must not checkpoint it (`setCheckpointsOnClose(_:)`). An
             // empty or missing one is left to SQLite's close, which removes the files the open
             // created without writing to the main file.
-            let walHasFrames = Checkpointer.fileSize(resolved + "-wal") > 0
+            let walHasFrames = Schema.fileSize(resolved + "-wal") > 0
             let setup = try SQLiteHandle(path: resolved)
             if walHasFrames { setup.setCheckpointsOnClose(false) }
             setup.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
