@@ -141,7 +141,13 @@ public enum SnapshotDBInspector {
             database: DatabaseFileSummary(
                 path: path, sizeBytes: pages.databaseSize, header: header, headerWALFrame: headerFrame),
             snapshotDB: snapshotDB, wal: wal?.summary, walIndex: walIndex, locks: locks, readSlots: readSlots,
-            walReset: walReset, frames: frames, committedFrames: committedFrames,
+            walReset: walReset, frames: frames,
+            zeroFilledFrameRanges: frames.map { _ in
+                (wal?.zeroFilledFrameRanges ?? []).map {
+                    WALFrameRange(first: $0.lowerBound, last: $0.upperBound)
+                }
+            },
+            committedFrames: committedFrames,
             checkpointedFrames: checkpointedFrames)
     }
 

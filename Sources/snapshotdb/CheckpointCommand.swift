@@ -38,18 +38,24 @@ struct Checkpoint: ParsableCommand {
     }
 
     func run() throws {
+        let outcome: Result<CheckpointResult, SQLiteFailure>
         do {
-            // Refuse what the inspection refuses (foreign, truncated, random -wal, cut -shm)
-            // before SQLite opens, and possibly rewrites, anything.
-            _ = try SnapshotDBInspector.inspect(databaseAt: database.file, options: .separateProcess)
+            outcome = try CommandLinePath.withUsablePath(database.file) { path throws(InspectionError) in
+                // Refuse what the inspection refuses (foreign, truncated, random -wal, cut -shm)
+                // before SQLite opens, and possibly rewrites, anything.
+                _ = try SnapshotDBInspector.inspect(databaseAt: path, options: .separateProcess)
+                return Result { () throws(SQLiteFailure) in
+                    try SQLiteCheckpointer.checkpoint(
+                        path: path, mode: mode, busyTimeoutMilliseconds: busyTimeout)
+                }
+            }
         } catch {
             Output.error(error.description)
             throw ExitCode(2)
         }
         let result: CheckpointResult
         do {
-            result = try SQLiteCheckpointer.checkpoint(
-                path: database.file, mode: mode, busyTimeoutMilliseconds: busyTimeout)
+            result = try outcome.get()
         } catch {
             Output.error("\(database.file): \(error.message)")
             throw ExitCode(2)

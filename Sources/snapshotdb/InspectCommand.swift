@@ -38,7 +38,10 @@ struct Inspection {
         var options = InspectionOptions.separateProcess
         options.includesFrames = frames
         do {
-            let report = try SnapshotDBInspector.inspect(databaseAt: file, options: options)
+            let report = try CommandLinePath.withUsablePath(file) { path throws(InspectionError) in
+                let report = try SnapshotDBInspector.inspect(databaseAt: path, options: options)
+                return path == file ? report : report.naming(file)
+            }
             return Inspection(
                 report: report, health: Health(report: report, thresholds: thresholds), generatedAt: Date())
         } catch {

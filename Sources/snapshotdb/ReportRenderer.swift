@@ -214,7 +214,13 @@ struct ReportRenderer {
                     (frame.isCheckpointed ? "yes" : "no").padded(to: 4), saltNote,
                 ].joined(separator: "  "))
         }
-        if frames.isEmpty { rows.append("  (none)") }
+        let zeroFilled = report.zeroFilledFrameRanges ?? []
+        if frames.isEmpty && zeroFilled.isEmpty { rows.append("  (none)") }
+        for range in zeroFilled {
+            let span = range.count == 1 ? "\(range.first)" : "\(range.first)-\(range.last)"
+            rows.append(
+                "  \(span): \(Format.plural(range.count, "zero-filled stale frame")) (not listed one by one)")
+        }
         return rows
     }
 

@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Logging
 import SnapshotDB
 import Testing
 
@@ -276,8 +277,18 @@ struct DamagedFileTests {
         /// intact, that it takes a new commit, and that SQLite finds it sound.
         func expectExactly(_ commits: UInt64, sourceLocation: SourceLocation = #_sourceLocation) throws {
             do {
-                let db = try Database(path: path)
+                let logs = LogCapture()
+                var configuration = Configuration()
+                configuration.checkpointLogger = logs.logger
+                let db = try Database(path: path, configuration: configuration)
                 #expect(db.latestCommit == commits, sourceLocation: sourceLocation)
+                // The open says what it found and did, and nothing worse.
+                let walBytesAtOpen = db.checkpointStatus().walBytesAtOpen
+                #expect(
+                    logs.messages(at: .notice).contains { $0.contains("checkpointed and truncated it") }
+                        == (walBytesAtOpen > 0), sourceLocation: sourceLocation)
+                #expect(logs.messages(at: .warning).isEmpty, sourceLocation: sourceLocation)
+                #expect(logs.messages(at: .error).isEmpty, sourceLocation: sourceLocation)
                 // The open's checkpoint moved what was recovered into the main file and reset
                 // the WAL: a damaged tail is gone, not replayed later.
                 let walSize = try FileManager.default.attributesOfItem(atPath: walPath)[.size] as? NSNumber
@@ -424,8 +435,15 @@ struct DamagedFileTests {
             try SharedMemoryDamage.directory.apply(to: copy)
             let before = try directoryContents(directory)
             do {
-                let db = try Database(path: copy.path)
+                let logs = LogCapture()
+                var configuration = Configuration()
+                configuration.checkpointLogger = logs.logger
+                let db = try Database(path: copy.path, configuration: configuration)
                 #expect(db.latestCommit == CrashCopy.allCommits)
+                // The open's checkpoint fails on the -shm it cannot write, and says why; no
+                // warning blames a reader.
+                #expect(logs.messages(at: .error).contains { $0.contains("readOnly") })
+                #expect(logs.messages(at: .warning).isEmpty)
                 let connection = db.newConnection()
                 #expect(try connection.read { try $0.count(inCollection: "c") } == Int(CrashCopy.allCommits))
                 let error = expectError(.readOnly) {

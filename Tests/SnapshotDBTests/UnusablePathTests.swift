@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Logging
 import SnapshotDB
 import Testing
 
@@ -90,7 +91,11 @@ struct UnusablePathTests {
             let mount = try ReadOnlyMount(of: source, at: directory.appendingPathComponent("view"))
             defer { mount.unmount() }
             do {
-                let db = try Database(path: mount.url.appendingPathComponent("db.sqlite").path)
+                let logs = LogCapture()
+                var configuration = Configuration()
+                configuration.checkpointLogger = logs.logger
+                let db = try Database(
+                    path: mount.url.appendingPathComponent("db.sqlite").path, configuration: configuration)
                 let allCommits = DamagedFileTests.CrashCopy.allCommits
                 #expect(db.latestCommit == allCommits)
                 let reader = db.newConnection(name: "reader")
@@ -113,8 +118,13 @@ struct UnusablePathTests {
                     let error = expectError(.readOnly) { try writer.readWrite(write) }
                     #expect(error?.sqliteCode.map { $0 & 0xFF } == SQLITE_READONLY)
                 }
+                // The open left the WAL alone, without a warning; the explicit checkpoint fails,
+                // and says so.
+                #expect(logs.messages(at: .warning).isEmpty)
+                #expect(logs.messages(at: .error).isEmpty)
                 let checkpoint = try? db.checkpoint(.truncate)
                 #expect(checkpoint?.isComplete != true)
+                #expect(logs.messages(at: .error).contains { $0.contains("readOnly") })
                 #expect(db.latestCommit == allCommits)
                 #expect(try reader.read { try $0.count(inCollection: "c") } == Int(allCommits))
             }

@@ -100,12 +100,19 @@ public final class Connection: Sendable {
         let cancellation = TaskCancellation()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                queue.async { [core, id, database] in
-                    continuation.resume(
-                        with: Result {
-                            try database.checkOpen()
+                let lease = CoreLease(core)
+                queue.async { [id] in
+                    let result: Result<T, any Error>
+                    do {
+                        let core = lease.take()
+                        result = Result {
+                            try core.database.checkOpen()
                             return try ActiveConnections.running(id) { try body(core, cancellation) }
-                        })
+                        }
+                    }
+                    // The caller may release the connection and the database as soon as it
+                    // resumes: the last reference must not be the one this block drops later.
+                    continuation.resume(with: result)
                 }
             }
         } onCancel: {
@@ -235,5 +242,21 @@ final class TaskCancellation: Sendable {
     /// Throws `CancellationError` once the task was cancelled.
     func check() throws(CancellationError) {
         if isCancelled.withLock({ $0 }) { throw CancellationError() }
+    }
+}
+
+/// Hands a connection's core to one block on its queue, which takes it out, so that the block
+/// no longer holds the core (and through it the database) once it has resumed its caller.
+///
+/// `@unchecked Sendable`: `core` is written once here and then read and cleared only by the one
+/// block it is handed to, which runs once, after the write (`DispatchQueue.async` orders them).
+private final class CoreLease: @unchecked Sendable {
+    private var core: ConnectionCore?
+
+    init(_ core: ConnectionCore) { self.core = core }
+
+    func take() -> ConnectionCore {
+        defer { core = nil }
+        return core!
     }
 }

@@ -51,8 +51,9 @@ public final class Database: Sendable {
     ///
     /// - Throws: ``DatabaseError`` with code `alreadyOpen` when this process has the file open,
     ///   `notADatabase` for a foreign or damaged file (left untouched), `schemaTooNew` for a
-    ///   SnapshotDB file written by a newer version, `cannotOpen`/`readOnly` when the file or
-    ///   its directory cannot be used.
+    ///   SnapshotDB file written by a newer version, `unsupportedFormat` for a newer SQLite file
+    ///   format, `corrupt` for damage the open reads, `walUnreadable` for a `-wal` SQLite
+    ///   refuses, `cannotOpen`/`readOnly` when the file or its directory cannot be used.
     public convenience init(path: String) throws(DatabaseError) {
         try self.init(path: path, configuration: Configuration())
     }
@@ -60,14 +61,25 @@ public final class Database: Sendable {
     /// Opens or creates the database at `path` with `configuration`.
     ///
     /// A new file is created with ``Configuration/fileMode``, in WAL mode, with the current
-    /// schema. An existing file is checked before SQLite touches it: a file that is not a
-    /// SnapshotDB (or empty SQLite) database is refused and not modified, and no `-wal` or
-    /// `-shm` is created for it.
+    /// schema, under a temporary name in the same directory that is synced and then linked into
+    /// place: a crash or power cut leaves no half-made file under `path`. An existing file is
+    /// checked before SQLite touches it: a file that is not a SnapshotDB (or empty SQLite)
+    /// database is refused and not modified, and no `-wal` or `-shm` is created for it. A file
+    /// of zeros beside the hot journal of its own creation (an in-place creation cut short by a
+    /// power cut) is rolled back by SQLite, as any SQLite client would, and created again.
+    ///
+    /// Nothing is written until the checks have read what the library needs (the header, the
+    /// schema, the metadata rows and the commit counter): a refused open leaves the main file
+    /// and its `-wal` exactly as they were (SQLite's own recovery may rebuild the `-shm`).
+    /// `PRAGMA quick_check` is not run: it reads the whole file (about 0.1 s per 128 MiB from
+    /// the page cache, the file's full size from disk when cold), a cost every open would pay.
     ///
     /// Damaged and unwritable files:
     ///
     /// - A `-wal` or `-shm` left by a process that is gone (a crash, a copy) is recovered by
-    ///   SQLite and the open does not fail. The `-shm` is rebuilt from the `-wal` whatever it
+    ///   SQLite and the open does not fail, except for a `-wal` whose intact header names a WAL
+    ///   version SQLite does not read (`walUnreadable`) and a `-wal` or `-shm` that is not a
+    ///   regular file (`cannotOpen`). The `-shm` is rebuilt from the `-wal` whatever it
     ///   holds. The `-wal` is replayed up to its first frame that is cut short or fails its
     ///   checksum: every commit checkpointed into the main file and every commit whose frames
     ///   come before the damage opens intact, values and commit counter of the same commit.
@@ -85,20 +97,40 @@ public final class Database: Sendable {
     /// - Throws: see ``init(path:)``.
     public init(path: String, configuration: Configuration) throws(DatabaseError) {
         let resolved = try Self.resolve(path)
+        let isReadOnly: Bool
         try OpenFiles.claim(resolved)
-        do {
-            let fileState = try Schema.inspectFile(at: resolved)
-            if case .new = fileState {
-                try Schema.createFile(at: resolved, mode: configuration.fileMode)
-                OpenFiles.recordCreated(resolved)
+        do throws(DatabaseError) {
+            var fileState = try Schema.inspectFile(at: resolved)
+            if case .missing = fileState {
+                let created = try Schema.createDatabase(at: resolved, mode: configuration.fileMode)
+                // Created by someone else meanwhile: checked like any existing file.
+                fileState =
+                    created
+                    ? .snapshotDB(version: Schema.currentVersion) : try Schema.inspectFile(at: resolved)
             }
+            switch fileState {
+            case .missing:
+                throw DatabaseError(.cannotOpen, "\(resolved) was created and removed again while opening")
+            case .new:
+                try Schema.createFile(at: resolved, mode: configuration.fileMode)
+            case .interruptedCreation, .snapshotDB, .emptyCandidate:
+                break
+            }
+            // A -wal with frames must stay as it is until every check passed: closing the
+            // handle of a refused open must not checkpoint it (`setCheckpointsOnClose(_:)`). An
+            // empty or missing one is left to SQLite's close, which removes the files the open
+            // created without writing to the main file.
+            let walHasFrames = Schema.fileSize(resolved + "-wal") > 0
             let setup = try SQLiteHandle(path: resolved)
+            if walHasFrames { setup.setCheckpointsOnClose(false) }
             setup.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
             try Schema.prepare(setup, path: resolved)
             try setup.configureForSnapshotDB(
                 synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
             let latest = try setup.readCommitState().commit
             let pageSize = try setup.pageSize()
+            isReadOnly = setup.isReadOnly
+            if walHasFrames { setup.setCheckpointsOnClose(true) }
             self.path = resolved
             self.configuration = configuration
             self.state = Mutex(DatabaseState(latestCommit: latest))
@@ -110,7 +142,8 @@ public final class Database: Sendable {
             throw Self.explainUnwritableDirectory(error, path: resolved)
         }
         checkpointer.database = WeakDatabase(self)
-        checkpointer.checkpointAtOpen()
+        checkpointer.checkpointAtOpen(readOnly: isReadOnly)
+        OpenFiles.attach(resolved, self)
     }
 
     deinit {
@@ -205,62 +238,6 @@ public final class Database: Sendable {
         defer { free(realDirectory) }
         let base = String(cString: realDirectory)
         return (base == "/" ? "" : base) + "/" + url.lastPathComponent
-    }
-}
-
-/// The files open in this process, so that a second `Database` on the same file is refused
-/// before SQLite touches it: by resolved path, and by device and inode, which also catch a
-/// hard link or a symbolic link to an open file (two SQLite handles on one file through
-/// different names would not share their locks' bookkeeping).
-enum OpenFiles {
-    private struct FileID: Hashable {
-        let device: UInt64
-        let inode: UInt64
-    }
-
-    private struct State {
-        var paths: Set<String> = []
-        var files: [FileID: String] = [:]
-    }
-
-    private static let state = Mutex(State())
-
-    static func claim(_ path: String) throws(DatabaseError) {
-        let id = fileID(path)
-        try state.withLock { state throws(DatabaseError) in
-            if let id, let other = state.files[id], other != path {
-                throw DatabaseError(
-                    .alreadyOpen,
-                    "\(path) is the same file as \(other), which is already open in this process; "
-                        + "share its Database and make connections from it")
-            }
-            guard state.paths.insert(path).inserted else {
-                throw DatabaseError(
-                    .alreadyOpen,
-                    "\(path) is already open in this process; share its Database and make connections from it"
-                )
-            }
-            if let id { state.files[id] = path }
-        }
-    }
-
-    /// Records the device and inode of a file `claim` found missing and the open then created.
-    static func recordCreated(_ path: String) {
-        guard let id = fileID(path) else { return }
-        state.withLock { $0.files[id] = path }
-    }
-
-    static func release(_ path: String) {
-        state.withLock { state in
-            state.paths.remove(path)
-            state.files = state.files.filter { $0.value != path }
-        }
-    }
-
-    private static func fileID(_ path: String) -> FileID? {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        return FileID(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
     }
 }
 

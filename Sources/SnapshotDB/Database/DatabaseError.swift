@@ -68,6 +68,17 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         /// The database was closed (``Database/close()``); nothing can be read or written
         /// through it or its connections.
         public static let databaseClosed = Code("databaseClosed")
+        /// The file is a SQLite database in a format this SQLite cannot read: a newer file
+        /// format ("unsupported file format", a read version above 2 in its header).
+        public static let unsupportedFormat = Code("unsupportedFormat")
+        /// SQLite refuses the database's `-wal`: its header is intact (the checksum matches) but
+        /// names a WAL format version SQLite does not know, so neither the `-wal` nor the
+        /// database can be read. The message says what to do; the files are left untouched.
+        public static let walUnreadable = Code("walUnreadable")
+        /// The operating system failed a read, write, sync, lock or memory mapping of the
+        /// database's files (a failing device, a `-wal` or `-shm` that is not a regular file);
+        /// ``DatabaseError/sqliteCode`` holds SQLite's extended result code.
+        public static let ioError = Code("ioError")
         /// Any other SQLite error; ``DatabaseError/sqliteCode`` holds SQLite's result code.
         public static let sqlite = Code("sqlite")
 
@@ -155,6 +166,9 @@ extension DatabaseError {
         case SQLITE_TOOBIG: code = .valueTooLarge
         case SQLITE_CANTOPEN: code = .cannotOpen
         case SQLITE_IOERR where systemErrno == ENOSPC || systemErrno == EFBIG: code = .diskFull
+        case SQLITE_IOERR, SQLITE_NOLFS: code = .ioError
+        // SQLite's message for a schema format number above 4 (a newer file format).
+        case SQLITE_ERROR where message == "unsupported file format": code = .unsupportedFormat
         default: code = .sqlite
         }
         let text = context.map { "\($0): \(message)" } ?? message

@@ -49,8 +49,13 @@ enum Schema {
 
     /// What the first 100 bytes of an existing file say, read before SQLite touches the file.
     enum FileState {
-        /// No file, or an empty one: SnapshotDB creates its schema.
+        /// No file: SnapshotDB creates one (``createDatabase(at:mode:)``).
+        case missing
+        /// An empty file: SnapshotDB writes its schema into it.
         case new
+        /// A new database whose creation was cut short (``isInterruptedCreation(_:header:)``):
+        /// SQLite's recovery empties it, then SnapshotDB writes its schema into it.
+        case interruptedCreation
         /// A SnapshotDB database of schema version `version` (as the main file's header says).
         case snapshotDB(version: Int64)
         /// A SQLite database with no application id in rollback-journal mode: adopted if it
@@ -63,7 +68,7 @@ enum Schema {
     static func inspectFile(at path: String) throws(DatabaseError) -> FileState {
         var info = stat()
         if stat(path, &info) != 0 {
-            if errno == ENOENT { return .new }
+            if errno == ENOENT { return .missing }
             throw DatabaseError(.cannotOpen, "cannot stat \(path): \(String(cString: strerror(errno)))")
         }
         if (info.st_mode & S_IFMT) != S_IFREG {
@@ -78,16 +83,15 @@ enum Schema {
         let header = (try? handle.read(upToCount: 100)) ?? Data()
         try? handle.close()
         let magic = Data("SQLite format 3\u{0}".utf8)
+        if header.count == 100, isInterruptedCreation(path, header: header) { return .interruptedCreation }
         guard header.count == 100, header.prefix(16) == magic else {
             throw DatabaseError(.notADatabase, "\(path) is not a SQLite database (bad header)")
         }
-        func bigEndian32(_ offset: Int) -> UInt32 {
-            header[offset..<offset + 4].reduce(0) { $0 << 8 | UInt32($1) }
-        }
-        let applicationID = Int32(bitPattern: bigEndian32(68))
-        let version = Int64(bigEndian32(60))
+        let applicationID = Int32(bitPattern: bigEndian32(header, at: 68))
+        let version = Int64(bigEndian32(header, at: 60))
         switch applicationID {
         case Schema.applicationID:
+            try checkFormat(of: path, header: header)
             if version > currentVersion {
                 throw DatabaseError(
                     .schemaTooNew,
@@ -96,26 +100,13 @@ enum Schema {
             }
             return .snapshotDB(version: version)
         case 0 where header[18] == 1 && header[19] == 1:
+            try checkFormat(of: path, header: header)
             return .emptyCandidate
         default:
             throw DatabaseError(
                 .notADatabase,
                 "\(path) is a SQLite database of another application (application_id \(applicationID))")
         }
-    }
-
-    /// Creates an empty file with `mode` so that the database, and through it its `-wal` and
-    /// `-shm`, never exist with wider permissions than asked for.
-    static func createFile(at path: String, mode: UInt16) throws(DatabaseError) {
-        let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode_t(mode))
-        if descriptor < 0 {
-            if errno == EEXIST { return }
-            let code: DatabaseError.Code = errno == EACCES || errno == EROFS ? .readOnly : .cannotOpen
-            throw DatabaseError(code, "cannot create \(path): \(String(cString: strerror(errno)))")
-        }
-        // The umask may have narrowed the mode; set exactly what the configuration asked for.
-        fchmod(descriptor, mode_t(mode))
-        close(descriptor)
     }
 
     /// Brings an open database to the current schema version, creating it when empty.

@@ -26,8 +26,14 @@ public struct InspectionReport: Sendable, Codable, Equatable {
     public var readSlots: [ReadSlot]
     /// Whether the WAL could be reset now, and if not why.
     public var walReset: WALResetAssessment
-    /// Every frame of the `-wal`, when ``InspectionOptions/includesFrames`` was set.
+    /// Every frame of the `-wal`, when ``InspectionOptions/includesFrames`` was set, except
+    /// the stale frames whose header is all zeros (space SnapshotDB's VFS preallocated, holes of
+    /// a sparse file): those are listed as ranges in ``zeroFilledFrameRanges``, so that a huge
+    /// sparse `-wal` does not make a list of millions of empty frames.
     public var frames: [WALFrame]?
+    /// The zero-filled stale frames, as ascending ranges of frame numbers, when
+    /// ``InspectionOptions/includesFrames`` was set.
+    public var zeroFilledFrameRanges: [WALFrameRange]?
 
     /// The committed frame count the report uses as the newest snapshot: the wal-index's
     /// `mxFrame` when it is reliable, else the valid prefix's last commit frame.
@@ -54,6 +60,7 @@ public struct InspectionReport: Sendable, Codable, Equatable {
         case readSlots
         case walReset
         case frames
+        case zeroFilledFrameRanges
         case committedFrames
         case checkpointedFrames
     }

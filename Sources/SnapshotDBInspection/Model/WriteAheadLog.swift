@@ -127,3 +127,13 @@ public struct WALFrame: Sendable, Codable, Equatable {
         case isCheckpointed = "checkpointed"
     }
 }
+
+/// A run of consecutive WAL frames, by 1-based frame number.
+public struct WALFrameRange: Sendable, Codable, Equatable {
+    /// The first frame of the run.
+    public var first: UInt32
+    /// The last frame of the run (equal to `first` for a single frame).
+    public var last: UInt32
+    /// How many frames the run holds.
+    public var count: Int { Int(last - first) + 1 }
+}

@@ -112,6 +112,13 @@ enum InspectedFile {
     }
 }
 
+/// `lseek`'s `SEEK_DATA`, which Glibc declares only under `_GNU_SOURCE`.
+#if canImport(Darwin)
+    private let seekData = SEEK_DATA
+#else
+    private let seekData: Int32 = 3
+#endif
+
 /// A read-only descriptor on an inspected file.
 ///
 /// A transient descriptor is closed when the value goes away; a retained one belongs to
@@ -139,6 +146,15 @@ final class ReadableFile {
             throw InspectedFile.systemError(errno, path: path, doing: "fstat")
         }
         return Int64(info.st_size)
+    }
+
+    /// The first offset at or after `offset` that holds data (`lseek` with `SEEK_DATA`): the
+    /// file's size when only a hole follows, and `offset` itself where the file system cannot
+    /// say (it is then read as usual).
+    func nextData(atOrAfter offset: Int64) -> Int64 {
+        let result = lseek(descriptor, off_t(offset), seekData)
+        if result >= 0 { return Int64(result) }
+        return errno == ENXIO ? (try? size()) ?? offset : offset
     }
 
     /// Up to `count` bytes at `offset`; fewer only where the file ends.

@@ -15,8 +15,12 @@ struct WALScan {
     var framesByPage: [UInt32: [UInt32]] = [:]
     /// Every commit frame number of the valid prefix, ascending.
     var commitFrameNumbers: [UInt32] = []
-    /// Every frame of the file, when the caller asked for them.
+    /// Every frame of the file, when the caller asked for them, except stale frames whose
+    /// header is all zeros (preallocated space, holes of a sparse file): those are in
+    /// ``zeroFilledFrameRanges``.
     var frames: [WALFrame]?
+    /// The 1-based frame numbers of the zero-filled stale frames, as ascending ranges.
+    var zeroFilledFrameRanges: [ClosedRange<UInt32>] = []
 
     /// The page size of the frames; 0 when the header is missing or invalid.
     var pageSize: Int { summary.header.map { $0.isValid ? $0.pageSize : 0 } ?? 0 }
@@ -137,7 +141,17 @@ struct WALScan {
                 }
                 if complete < count { break }  // the file shrank while it was read
             } else {
-                // Past the valid prefix only the frame headers matter.
+                // Past the valid prefix only the frame headers matter, and the headers that lie in
+                // a hole of a sparse file are zeros without being read: the cost follows what the
+                // file holds, not its size (a `truncate -s 64G` -wal is one hole).
+                let dataStart = min(file.nextData(atOrAfter: offset), fileSize)
+                let zeroHeaders = Self.headersBefore(dataStart, from: offset, frameSize: frameSize)
+                if zeroHeaders > 0 {
+                    let count = min(zeroHeaders, slots - index)
+                    recordZeroFilledFrames(from: index, count: count)
+                    index += count
+                    continue
+                }
                 let bytes = try file.read(at: offset, count: Self.frameHeaderSize)
                 guard bytes.count == Self.frameHeaderSize else { break }
                 recordStaleFrame(
@@ -154,6 +168,12 @@ struct WALScan {
             }
             frames = list
         }
+    }
+
+    /// How many frames, the first at `offset`, have their whole header before `end`.
+    private static func headersBefore(_ end: Int64, from offset: Int64, frameSize: Int) -> Int {
+        let room = end - offset - Int64(frameHeaderSize)
+        return room < 0 ? 0 : Int(room / Int64(frameSize)) + 1
     }
 
     private struct FrameHeader {
@@ -193,8 +213,29 @@ struct WALScan {
                 salt1: frame.salt1, salt2: frame.salt2, status: .uncommitted, isCheckpointed: false))
     }
 
+    /// Counts `count` stale frames from the 0-based `index` whose headers are all zeros; the frame
+    /// list gets them as one range, not one entry each.
+    private mutating func recordZeroFilledFrames(from index: Int, count: Int) {
+        summary.staleFrames += count
+        summary.zeroFilledFrames += count
+        guard frames != nil else { return }
+        let first = UInt32(index + 1)
+        let last = UInt32(index + count)
+        if let previous = zeroFilledFrameRanges.last, previous.upperBound + 1 == first {
+            zeroFilledFrameRanges[zeroFilledFrameRanges.count - 1] = previous.lowerBound...last
+        } else {
+            zeroFilledFrameRanges.append(first...last)
+        }
+    }
+
     private mutating func recordStaleFrame(_ frame: FrameHeader, header: WALHeader, index: Int, offset: Int64)
     {
+        if frame.pageNumber == 0 && frame.salt1 == 0 && frame.salt2 == 0 && frame.commitPageCount == 0
+            && frame.checksum == WALChecksum.zero
+        {
+            recordZeroFilledFrames(from: index, count: 1)
+            return
+        }
         summary.staleFrames += 1
         if frame.pageNumber == 0 && frame.salt1 == 0 && frame.salt2 == 0 {
             summary.zeroFilledFrames += 1

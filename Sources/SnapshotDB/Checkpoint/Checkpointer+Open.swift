@@ -1,0 +1,73 @@
+internal import Foundation
+internal import Logging
+internal import Synchronization
+
+extension Checkpointer {
+    /// At open: a WAL left behind by an earlier run (or by another process) is checkpointed and
+    /// truncated when nothing pins it, and its size is logged. A database SQLite opened
+    /// read-only keeps its WAL as it is, without a checkpoint that could only fail.
+    func checkpointAtOpen(readOnly: Bool = false) {
+        let latest = database?.database?.latestCommit ?? 0
+        let fileBytes = Self.fileSize(path + "-wal")
+        var frames = 0
+        var checkpointed = 0
+        if fileBytes > 0 && readOnly {
+            logger.debug(
+                "found a WAL of \(ByteCount(fileBytes)) at open; the database is read-only here, so it stays as it is",
+                metadata: ["wal_bytes_at_open": "\(fileBytes)"])
+        } else if fileBytes > 0 {
+            let walSize = "found a WAL of \(ByteCount(fileBytes)) at open"
+            let metadata: Logger.Metadata = ["wal_bytes_at_open": "\(fileBytes)"]
+            let passive = Result { () throws(DatabaseError) in try perform(.passive) }
+            if case .success(let result) = passive {
+                frames = result.walFrames
+                checkpointed = result.checkpointedFrames
+            }
+            let truncate = passive.flatMap { _ in
+                Result { () throws(DatabaseError) in try perform(.truncate, busyTimeout: Self.resetWait) }
+            }
+            switch truncate {
+            case .success(let result) where result.isComplete:
+                frames = 0
+                checkpointed = 0
+                logger.notice(
+                    "\(walSize) (\((try? passive.get())?.walFrames ?? 0) frames); checkpointed and truncated it",
+                    metadata: metadata)
+            case .success:
+                let readers = externalReaders()
+                let culprits =
+                    readers.isEmpty
+                    ? "a reader in another process" : Self.culpritList(Self.culpritNames([], readers))
+                logger.warning(
+                    "\(walSize) (\(frames) frames, \(checkpointed) checkpointed); it cannot be reset while \(culprits) reads it",
+                    metadata: metadata)
+            case .failure(let error) where error.code == .readOnly:
+                // A `-shm` this process cannot write: readable, and nothing to warn about.
+                logger.debug(
+                    "\(walSize); the database is read-only here, so it stays as it is (\(error.message))",
+                    metadata: metadata)
+            case .failure(let error):
+                // A failed checkpoint says nothing about readers: name what failed.
+                logger.warning(
+                    "\(walSize); it could not be checkpointed: \(Self.openCheckpointFailure(error))",
+                    metadata: metadata)
+            }
+        }
+        let generation = frames > 0 ? walGeneration.read() : nil
+        state.withLock { state in
+            state.walBytesAtOpen = fileBytes
+            state.wal.start(
+                latestCommit: latest, frames: frames, checkpointed: checkpointed, generation: generation)
+        }
+        metrics.recordWALBytes(walBytes(frames: frames))
+    }
+
+    /// Why the open's checkpoint failed, in words: a full disk first, since it is the usual
+    /// cause and the one a user can fix.
+    static func openCheckpointFailure(_ error: DatabaseError) -> String {
+        guard error.code == .diskFull else { return "\(error)" }
+        return "the disk is full (or the process's file size limit is reached), so the main file "
+            + "cannot take the WAL's pages; it stays in the WAL and is checkpointed once space returns "
+            + "(\(error.message))"
+    }
+}

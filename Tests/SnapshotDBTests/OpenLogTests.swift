@@ -1,0 +1,68 @@
+import Foundation
+import Logging
+import Testing
+
+@testable import SnapshotDB
+
+/// What the open logs about a WAL left by an earlier run names the real reason it could not be
+/// checkpointed.
+@Suite("Logs at open")
+struct OpenLogTests {
+    static let childKey = "SNAPSHOTDB_OPEN_LOG_DISK_FULL_CHILD_DB"
+
+    /// A copy, as a crash leaves it, whose `-wal` holds a commit of about 400 KiB that the main
+    /// file does not: checkpointing it must grow the main file.
+    static func makeCrashCopyWithLargeWAL(in directory: URL) throws -> String {
+        let original = directory.appendingPathComponent("original.sqlite").path
+        let copy = directory.appendingPathComponent("copy.sqlite").path
+        let db = try Database(path: original)
+        let writer = db.newConnection()
+        try writer.readWrite { try $0.set(Item(title: "small"), forKey: "small", inCollection: "c") }
+        #expect(try db.checkpoint(.truncate).isComplete)
+        try writer.readWrite { txn in
+            for index in 0..<100 {
+                try txn.setData(
+                    Data(repeating: UInt8(index), count: 4000), forKey: "\(index)", inCollection: "big")
+            }
+        }
+        try FileManager.default.copyItem(atPath: original, toPath: copy)
+        try FileManager.default.copyItem(atPath: original + "-wal", toPath: copy + "-wal")
+        return copy
+    }
+
+    /// Before, the warning said the WAL "cannot be reset while a reader in another process reads
+    /// it", with no reader anywhere.
+    @Test func aCheckpointAtOpenThatFindsTheDiskFullSaysSo() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = try Self.makeCrashCopyWithLargeWAL(in: directory)
+            let child = try runChildTest(
+                "childOpensUnderFileSizeLimit", environmentKey: Self.childKey, path: path)
+            #expect(child.results["opened-at"] == "2", "child said: \(child.output)")
+            let warnings = child.results["warnings"] ?? ""
+            #expect(warnings.contains("the disk is full"), "child said: \(child.output)")
+            #expect(!warnings.contains("reader"), "child said: \(child.output)")
+            #expect(child.terminationStatus == 0)
+            // With space back, the next open checkpoints it and every commit is there.
+            let logs = LogCapture()
+            var configuration = Configuration()
+            configuration.checkpointLogger = logs.logger
+            let db = try Database(path: path, configuration: configuration)
+            #expect(db.latestCommit == 2)
+            #expect(logs.messages(at: .notice).contains { $0.contains("checkpointed and truncated it") })
+            #expect(try db.newConnection().read { try $0.count(inCollection: "big") } == 100)
+        }
+    }
+
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[childKey] != nil))
+    func childOpensUnderFileSizeLimit() throws {
+        let path = try #require(ProcessInfo.processInfo.environment[Self.childKey])
+        let logs = LogCapture()
+        var configuration = Configuration()
+        configuration.checkpointLogger = logs.logger
+        try withFileSizeLimit(above: path) {
+            let db = try Database(path: path, configuration: configuration)
+            reportResult("opened-at", "\(db.latestCommit)")
+        }
+        reportResult("warnings", logs.messages(at: .warning).joined(separator: " | "))
+    }
+}
