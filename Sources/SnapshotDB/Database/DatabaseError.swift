@@ -79,6 +79,11 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         /// database's files (a failing device, a `-wal` or `-shm` that is not a regular file);
         /// ``DatabaseError/sqliteCode`` holds SQLite's extended result code.
         public static let ioError = Code("ioError")
+        /// A query was refused before it ran: a secondary index's fragment that names anything
+        /// but the index's columns (another table, a subquery, a second statement, a function
+        /// with side effects) or is not valid SQL, or a full-text query that is not valid FTS5
+        /// syntax. Nothing was read or changed.
+        public static let invalidQuery = Code("invalidQuery")
         /// Any other SQLite error; ``DatabaseError/sqliteCode`` holds SQLite's result code.
         public static let sqlite = Code("sqlite")
 
