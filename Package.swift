@@ -68,10 +68,16 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        .target(
+            name: "SnapshotDBTestSupport",
+            path: "Tests/SnapshotDBTestSupport",
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "SnapshotDBTests",
             dependencies: [
                 "SnapshotDB",
+                "SnapshotDBTestSupport",
                 "CSQLite",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -81,7 +87,7 @@ let package = Package(
         ),
         .testTarget(
             name: "SnapshotDBInspectionTests",
-            dependencies: ["SnapshotDBInspection", "snapshotdb"],
+            dependencies: ["SnapshotDBInspection", "SnapshotDBTestSupport", "snapshotdb"],
             swiftSettings: strictSettings
         ),
     ]

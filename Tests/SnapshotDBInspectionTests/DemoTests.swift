@@ -1,4 +1,5 @@
 import Foundation
+import SnapshotDBTestSupport
 import Testing
 
 @Suite("snapshotdb demo")

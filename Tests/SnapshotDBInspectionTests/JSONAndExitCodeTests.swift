@@ -1,5 +1,6 @@
 import Foundation
 import SnapshotDBInspection
+import SnapshotDBTestSupport
 import Testing
 
 /// `--json` carries the report with stable keys; thresholds turn into exit codes.

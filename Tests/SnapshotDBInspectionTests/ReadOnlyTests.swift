@@ -1,5 +1,6 @@
 import Foundation
 import SnapshotDBInspection
+import SnapshotDBTestSupport
 import Testing
 
 /// `inspect` and `watch` change no byte, create no file, and refuse damaged input cleanly.

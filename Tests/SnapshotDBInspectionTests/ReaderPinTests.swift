@@ -1,5 +1,6 @@
 import Foundation
 import SnapshotDBInspection
+import SnapshotDBTestSupport
 import Testing
 
 /// Foreign readers holding snapshots while another process writes: the tool names them and

@@ -1,5 +1,6 @@
 import Foundation
 import SnapshotDB
+import SnapshotDBTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -32,7 +33,7 @@ func sqlite3(_ path: String, _ sql: String) throws -> String {
 func isIntact(_ path: String) throws -> Bool {
     do {
         return try sqlite3(path, "PRAGMA integrity_check") == "ok\n"
-    } catch let failure as CommandFailed where failure.standardError.contains("malformed") {
+    } catch let failure as ChildProcessFailed where failure.standardError.contains("malformed") {
         return false
     }
 }
@@ -82,62 +83,30 @@ final class SQLiteChild {
         print("released", flush=True)
         """
 
-    private let process = Process()
-    private let input = Pipe()
-    private let output = Pipe()
-    private let errors = Pipe()
-    private var buffered = Data()
+    private let child: ChildProcess
 
     /// Starts the child on `path`, runs `statements` in it and waits for its `ready`.
     init(path: String, statements: [String]) throws {
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = ["-c", Self.script, path] + statements
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
+        child = try ChildProcess(python: Self.script, [path] + statements)
         try expectLine("ready")
-    }
-
-    deinit {
-        if process.isRunning {
-            try? input.fileHandleForWriting.close()
-            process.waitUntilExit()
-        }
     }
 
     /// Runs one more statement in the child and waits until it has.
     func execute(_ statement: String) throws {
-        try input.fileHandleForWriting.write(contentsOf: Data((statement + "\n").utf8))
+        try child.send(statement)
         try expectLine("done")
     }
 
     /// Closes the child's connection (rolling back what it did not commit) and waits for it to
     /// exit.
     func release() throws {
-        try input.fileHandleForWriting.close()
+        child.closeInput()
         try expectLine("released")
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
+        #expect(child.finish() == 0)
     }
 
-    /// Reads the child's next line; a child that exits instead fails with what it printed.
     private func expectLine(_ expected: String) throws {
-        while !buffered.contains(UInt8(ascii: "\n")) {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty {
-                process.waitUntilExit()
-                let message = String(
-                    decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                throw CommandFailed(
-                    command: "python3 child waiting for '\(expected)'", status: process.terminationStatus,
-                    standardError: message)
-            }
-            buffered.append(chunk)
-        }
-        let end = buffered.firstIndex(of: UInt8(ascii: "\n"))!
-        let line = String(decoding: buffered[buffered.startIndex..<end], as: UTF8.self)
-        buffered = Data(buffered[buffered.index(after: end)...])
+        let line = try child.readLine()
         #expect(line == expected)
     }
 }

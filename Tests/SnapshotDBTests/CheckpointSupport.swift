@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SnapshotDBTestSupport
 import Synchronization
 import Testing
 
@@ -41,56 +42,6 @@ final class LogCapture: Sendable {
         func log(event: LogEvent) {
             capture.append(Entry(level: event.level, message: event.message.description))
         }
-    }
-}
-
-/// A child process whose steps the test orders through its standard input and output: the
-/// child prints a line when it reached a state, and waits for a line on its input to go on.
-final class ChildProcess {
-    let process = Process()
-    private let input = Pipe()
-    private let output = Pipe()
-    private let errors = Pipe()
-    private var received = ""
-
-    /// Starts `python3 -c script arguments...`.
-    init(python script: String, arguments: [String]) throws {
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = ["-c", script] + arguments
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-    }
-
-    var processID: Int32 { process.processIdentifier }
-
-    /// Blocks until the child printed `line`; throws if it exits first.
-    func waitForLine(_ line: String) throws {
-        while !received.split(separator: "\n").contains(Substring(line)) {
-            let data = output.fileHandleForReading.availableData
-            if data.isEmpty {
-                process.waitUntilExit()
-                let message = String(
-                    decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                throw CommandFailed(
-                    command: "python3 child", status: process.terminationStatus, standardError: message)
-            }
-            received += String(decoding: data, as: UTF8.self)
-        }
-    }
-
-    /// Lets the child go on (it reads one line) and waits for it to exit.
-    func proceedAndWait() throws {
-        input.fileHandleForWriting.write(Data("go\n".utf8))
-        try input.fileHandleForWriting.close()
-        process.waitUntilExit()
-    }
-
-    /// Kills the child with SIGKILL, as a crash would, and reaps it.
-    func kill() {
-        _ = Foundation.kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
     }
 }
 

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import MetricsTestKit
+import SnapshotDBTestSupport
 import Synchronization
 import Testing
 
@@ -225,8 +226,7 @@ struct CheckpointTests {
                     print("ready", flush=True)
                     sys.stdin.readline()
                     connection.execute("COMMIT")
-                    """,
-                arguments: [db.path])
+                    """, [db.path])
             defer { reader.kill() }
             try reader.waitForLine("ready")
 
@@ -243,7 +243,8 @@ struct CheckpointTests {
             let warning = try #require(logs.messages(at: .warning).last)
             #expect(warning.contains("process \(reader.processID)"))
 
-            try reader.proceedAndWait()
+            try reader.send("go")
+            reader.finish()
             try db.checkpoint(.passive)
             let released = db.checkpointStatus()
             #expect(released.externalReaders.isEmpty)
@@ -302,8 +303,7 @@ struct CheckpointTests {
                         connection.execute("COMMIT")
                     print("ready", flush=True)
                     sys.stdin.readline()
-                    """,
-                arguments: [path])
+                    """, [path])
             try writer.waitForLine("ready")
             writer.kill()
             let leftBehind = fileSize(path + "-wal")

@@ -1,4 +1,5 @@
 import Foundation
+import SnapshotDBTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -26,27 +27,19 @@ func runChildTest(_ testName: String, environmentKey: String, path: String, unpr
 {
     let testBinary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
     let arguments = ["--testing-library", "swift-testing", "--filter", testName]
-    let process = Process()
-    if unprivileged && getuid() == 0 {
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        process.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", testBinary] + arguments
-    } else {
-        process.executableURL = URL(fileURLWithPath: testBinary)
-        process.arguments = arguments
-    }
-    process.environment = ProcessInfo.processInfo.environment.merging([environmentKey: path]) { $1 }
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
+    let child =
+        unprivileged && getuid() == 0
+        ? try ChildProcess.run(
+            "/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", testBinary] + arguments,
+            environment: [environmentKey: path])
+        : try ChildProcess.run(testBinary, arguments, environment: [environmentKey: path])
+    let text = child.standardOutput
     let results = Dictionary(
         text.split(separator: "\n").compactMap { line -> (String, String)? in
             let parts = line.split(separator: " ", maxSplits: 2).map(String.init)
             return parts.count == 3 && parts[0] == "RESULT" ? (parts[1], parts[2]) : nil
         }, uniquingKeysWith: { $1 })
-    return ChildTestReport(results: results, output: text, terminationStatus: process.terminationStatus)
+    return ChildTestReport(results: results, output: text, terminationStatus: child.status)
 }
 
 /// Prints one result line of a child test for ``runChildTest(_:environmentKey:path:)``.

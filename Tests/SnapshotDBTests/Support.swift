@@ -1,5 +1,6 @@
 import Foundation
 import SnapshotDB
+import SnapshotDBTestSupport
 import Testing
 
 /// A fresh directory under the system temporary directory, removed after `body`.
@@ -43,36 +44,11 @@ func withTemporaryDatabase<T>(
 }
 
 /// Runs an external command to completion and returns its standard output.
+///
+/// - Throws: ``ChildProcessFailed`` when it exits with a failure.
 @discardableResult
 func run(_ executable: String, _ arguments: [String], input: String? = nil) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    let output = Pipe()
-    let errors = Pipe()
-    process.standardOutput = output
-    process.standardError = errors
-    let stdin = Pipe()
-    process.standardInput = stdin
-    try process.run()
-    if let input { stdin.fileHandleForWriting.write(Data(input.utf8)) }
-    try stdin.fileHandleForWriting.close()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    let errorData = errors.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    guard process.terminationStatus == 0 else {
-        throw CommandFailed(
-            command: ([executable] + arguments).joined(separator: " "), status: process.terminationStatus,
-            standardError: String(decoding: errorData, as: UTF8.self))
-    }
-    return String(decoding: data, as: UTF8.self)
-}
-
-struct CommandFailed: Error, CustomStringConvertible {
-    let command: String
-    let status: Int32
-    let standardError: String
-    var description: String { "\(command) exited \(status): \(standardError)" }
+    try ChildProcess.run(executable, arguments, input: input).succeeded()
 }
 
 /// A small Codable value used across the tests.

@@ -1,4 +1,5 @@
 import Foundation
+import SnapshotDBTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -105,7 +106,7 @@ enum Python {
     /// Runs `python3 -c script arguments...` to completion; returns its standard output.
     @discardableResult
     static func run(_ script: String, _ arguments: String...) throws -> String {
-        let result = try ChildProcess.run("/usr/bin/env", ["python3", "-c", script] + arguments)
+        let result = try ChildProcess.run("/usr/bin/python3", ["-c", script] + arguments)
         #expect(result.status == 0, "python3 failed: \(result.standardError)")
         return result.standardOutput
     }
@@ -113,34 +114,21 @@ enum Python {
 
 /// A foreign process holding a transaction open until told to finish.
 final class ReaderProcess {
-    let process = Process()
-    private let input = Pipe()
-    private let output = Pipe()
+    private let child: ChildProcess
     /// The commit counter the reader's snapshot sees, from its `ready` line.
-    private(set) var commit: UInt64 = 0
+    let commit: UInt64
 
-    var pid: Int32 { process.processIdentifier }
+    var pid: Int32 { child.processID }
 
     /// Starts `python3` running `script` (by default holding a snapshot of `path`) and waits for
     /// its `ready` line (no sleeps).
     init(path: String, script: String = Python.holdReader) throws {
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script, path]
-        process.standardInput = input
-        process.standardOutput = output
-        try process.run()
-        var line = Data()
-        while !line.contains(UInt8(ascii: "\n")) {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            line.append(chunk)
-        }
-        let words = String(decoding: line, as: UTF8.self).split(separator: " ")
-        guard words.count == 2, words[0] == "ready",
-            let commit = UInt64(words[1].trimmingCharacters(in: .whitespacesAndNewlines))
-        else {
-            finish()
-            throw ReaderFailed(output: String(decoding: line, as: UTF8.self))
+        child = try ChildProcess(python: script, [path])
+        let line = (try? child.readLine()) ?? ""
+        let words = line.split(separator: " ")
+        guard words.count == 2, words[0] == "ready", let commit = UInt64(words[1]) else {
+            child.finish()
+            throw ReaderFailed(output: line + child.standardError)
         }
         self.commit = commit
     }
@@ -151,48 +139,12 @@ final class ReaderProcess {
 
     /// Ends the read transaction and waits for the process to exit.
     func finish() {
-        guard process.isRunning else { return }
-        try? input.fileHandleForWriting.write(contentsOf: Data("quit\n".utf8))
-        try? input.fileHandleForWriting.close()
-        process.waitUntilExit()
+        guard child.isRunning else { return }
+        try? child.send("quit")
+        child.finish()
     }
 
     deinit { finish() }
-}
-
-/// A finished child process.
-struct ChildResult {
-    var status: Int32
-    var standardOutput: String
-    var standardError: String
-}
-
-enum ChildProcess {
-    /// Runs a program to completion; output goes through files, so no pipe can fill up.
-    static func run(_ executable: String, _ arguments: [String]) throws -> ChildResult {
-        try withTemporaryDirectory { directory in
-            let outputURL = directory.appendingPathComponent("stdout")
-            let errorURL = directory.appendingPathComponent("stderr")
-            _ = FileManager.default.createFile(atPath: outputURL.path, contents: nil)
-            _ = FileManager.default.createFile(atPath: errorURL.path, contents: nil)
-            let output = try FileHandle(forWritingTo: outputURL)
-            let error = try FileHandle(forWritingTo: errorURL)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = arguments
-            process.standardInput = FileHandle.nullDevice
-            process.standardOutput = output
-            process.standardError = error
-            try process.run()
-            process.waitUntilExit()
-            try output.close()
-            try error.close()
-            return ChildResult(
-                status: process.terminationStatus,
-                standardOutput: String(decoding: try Data(contentsOf: outputURL), as: UTF8.self),
-                standardError: String(decoding: try Data(contentsOf: errorURL), as: UTF8.self))
-        }
-    }
 }
 
 /// The built `snapshotdb` binary, run as a user would.
