@@ -35,6 +35,8 @@ public struct Changeset: Sendable, Hashable {
     /// The key sets, shared by every copy of the changeset and built from the transaction's
     /// log the first time anything asks (see ``ChangedKeys``).
     private let keys: ChangedKeys
+    /// What extensions (views, indexes) recorded of the commit; not part of equality.
+    let extensionChanges: ExtensionChanges
 
     /// Creates a changeset; SnapshotDB creates these, tests and previews may too.
     public init(
@@ -53,8 +55,10 @@ public struct Changeset: Sendable, Hashable {
 
     init(
         commits: ClosedRange<UInt64>, keys: ChangedKeys, clearedAllCollections: Bool, connectionName: String?,
-        date: Date, info: [String: String], isExternal: Bool
+        date: Date, info: [String: String], isExternal: Bool,
+        extensionChanges: ExtensionChanges = ExtensionChanges()
     ) {
+        self.extensionChanges = extensionChanges
         self.commits = commits
         self.keys = keys
         self.clearedAllCollections = clearedAllCollections
@@ -75,7 +79,8 @@ public struct Changeset: Sendable, Hashable {
     func published(at date: Date) -> Changeset {
         Changeset(
             commits: commits, keys: keys, clearedAllCollections: clearedAllCollections,
-            connectionName: connectionName, date: date, info: info, isExternal: isExternal)
+            connectionName: connectionName, date: date, info: info, isExternal: isExternal,
+            extensionChanges: extensionChanges)
     }
 
     /// Whether two changesets are equal in every property, key sets included.
@@ -317,13 +322,15 @@ struct ChangesetBuilder {
     }
 
     /// The changeset of this transaction; its key sets are folded from the log on first use.
-    func build(commit: UInt64, connectionName: String, info: [String: String]) -> Changeset {
+    func build(
+        commit: UInt64, connectionName: String, info: [String: String],
+        extensionChanges: ExtensionChanges = ExtensionChanges()
+    ) -> Changeset {
         // The date is set again when the commit is published.
         Changeset(
             commits: commit...commit, keys: ChangedKeys(log: operations),
             clearedAllCollections: clearedAllCollections, connectionName: connectionName, date: Date(),
-            info: info,
-            isExternal: false)
+            info: info, isExternal: false, extensionChanges: extensionChanges)
     }
 
     /// Folds a log into key sets: the last operation on a key wins, and a cleared collection

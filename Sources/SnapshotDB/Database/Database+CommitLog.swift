@@ -30,6 +30,8 @@ struct DatabaseState {
     var subscribers = Subscribers<Changeset>(finishesOverflowingStreams: true)
     var codecs: [String: any ValueCodec] = [:]
     var codecsFrozen = false
+    /// The registered extensions, by name (see ``Database/register(_:)``).
+    var extensions: [String: any ExtensionDefinition] = [:]
 
     init(latestCommit: UInt64) { self.latestCommit = latestCommit }
 }

@@ -44,6 +44,9 @@ public final class Database: Sendable {
     /// The oldest commit log pin of any connection, cached for the commit log's trimming, or one
     /// of the ``OldestPin`` markers.
     let oldestPinCache = Atomic<UInt64>(OldestPin.invalid)
+    /// How many extensions are registered: write transactions skip their hooks at no cost
+    /// while there are none.
+    let extensionCount = Atomic<Int>(0)
     /// Set by ``close()``: every call after it throws `databaseClosed`.
     let closed = Atomic<Bool>(false)
 

@@ -84,6 +84,9 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         /// with side effects) or is not valid SQL, or a full-text query that is not valid FTS5
         /// syntax. Nothing was read or changed.
         public static let invalidQuery = Code("invalidQuery")
+        /// No extension of that name and kind is registered, or the snapshot the transaction
+        /// reads predates its registration (advance the bookmark).
+        public static let unknownExtension = Code("unknownExtension")
         /// Any other SQLite error; ``DatabaseError/sqliteCode`` holds SQLite's result code.
         public static let sqlite = Code("sqlite")
 

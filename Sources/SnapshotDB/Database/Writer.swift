@@ -70,12 +70,24 @@ final class Writer: Sendable {
             connection.rollback(handle)
             throw error
         }
-        guard !transaction.isRollbackRequested, !transaction.changes.isEmpty else {
+        guard !transaction.isRollbackRequested,
+            !transaction.changes.isEmpty || transaction.extensionWriters.hasChanges
+        else {
             try connection.rollbackOrThrow(handle)
             return result
         }
+        // Extensions (views, indexes) updated their tables with every write; what they report
+        // of this commit travels in its changeset.
+        let extensionChanges: ExtensionChanges
+        do {
+            extensionChanges = try transaction.extensionWriters.finish()
+        } catch {
+            connection.rollback(handle)
+            throw error
+        }
         let changeset = transaction.changes.build(
-            commit: start + 1, connectionName: connection.name, info: transaction.info)
+            commit: start + 1, connectionName: connection.name, info: transaction.info,
+            extensionChanges: extensionChanges)
         try commit(changeset, sealing: false, on: handle, database: database, writer: connection)
         connection.cache.invalidate(with: changeset)
         connection.cache.commit = changeset.commit
@@ -114,6 +126,9 @@ final class Writer: Sendable {
     {
         database.observe(commit: state.commit)
         let sealed = max(state.commit, database.latestCommit) + 1
+        // Foreign clients changed values without the extensions' upkeep: rebuild them, in the
+        // same transaction. The external changeset makes their readers reload.
+        try ExtensionWriters.rebuildAll(database, handle: handle)
         try commit(.external(sealed...sealed), sealing: true, on: handle, database: database, writer: nil)
     }
 

@@ -25,6 +25,8 @@ final class SQLiteHandle {
     /// Where the last commit on this handle ended in the WAL, as `sqlite3_wal_hook` reported it
     /// (see ``recordCommitFrames()``); taken by the ``Writer`` after its `COMMIT`.
     private var lastCommitFrames: WALCommitFrames?
+    /// Statements of ``cachedStatement(_:)``, by SQL text.
+    private var dynamicStatements: [String: SQLiteStatement] = [:]
 
     /// Opens `path` (`sqlite3_open_v2`) read-write without creating it: SnapshotDB creates new
     /// files itself so that it controls their mode. Handles use the `snapshotdb` VFS, the
@@ -54,6 +56,7 @@ final class SQLiteHandle {
     deinit {
         // Statements are finalized (released) before the handle closes.
         statements.deinitialize().deallocate()
+        dynamicStatements = [:]
         sqlite3_close_v2(pointer)
     }
 
@@ -92,6 +95,21 @@ final class SQLiteHandle {
         let statement = try SQLiteStatement(handle: self, sql: sql.text, persistent: true)
         statements[sql.rawValue] = statement
         return statement
+    }
+
+    /// The statement for `sql` text built at run time (an extension's tables have names of
+    /// their own), prepared once with `SQLITE_PREPARE_PERSISTENT` and kept for the handle's life.
+    func cachedStatement(_ sql: String) throws(DatabaseError) -> SQLiteStatement {
+        if let cached = dynamicStatements[sql] { return cached }
+        let statement = try SQLiteStatement(handle: self, sql: sql, persistent: true)
+        dynamicStatements[sql] = statement
+        return statement
+    }
+
+    /// Forgets every statement of ``cachedStatement(_:)`` (after the tables they name were
+    /// dropped or created again).
+    func clearCachedStatements() {
+        dynamicStatements = [:]
     }
 
     /// The cached statement for `sql` unless it is part way through its rows, else a new one
@@ -144,6 +162,9 @@ final class SQLiteHandle {
 
     /// Whether the handle is outside any transaction (`sqlite3_get_autocommit`).
     var isAutocommit: Bool { sqlite3_get_autocommit(pointer) != 0 }
+
+    /// The rowid of the last row inserted (`sqlite3_last_insert_rowid`).
+    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(pointer) }
 
     /// Rows changed by the last statement (`sqlite3_changes64`).
     var changes: Int64 { sqlite3_changes64(pointer) }
@@ -220,6 +241,7 @@ enum SQL: Int, CaseIterable {
     case count
     case collections
     case enumerate
+    case enumerateAll
     case begin
     case beginImmediate
     case commit
@@ -262,6 +284,8 @@ enum SQL: Int, CaseIterable {
         case .collections: return "SELECT DISTINCT collection FROM snapshotdb_values ORDER BY collection"
         case .enumerate:
             return "SELECT key, data FROM snapshotdb_values WHERE collection = ?1 ORDER BY key"
+        case .enumerateAll:
+            return "SELECT collection, key, data FROM snapshotdb_values ORDER BY collection, key"
         case .begin: return "BEGIN DEFERRED"
         case .beginImmediate: return "BEGIN IMMEDIATE"
         case .commit: return "COMMIT"

@@ -177,6 +177,19 @@ final class SQLiteStatement {
         try check(sqlite3_bind_int64(statement, index, value), "bind integer")
     }
 
+    /// Binds a double (`sqlite3_bind_double`).
+    func bind(_ value: Double, at index: Int32) throws(DatabaseError) {
+        try check(sqlite3_bind_double(statement, index, value), "bind real")
+    }
+
+    /// Binds NULL (`sqlite3_bind_null`).
+    func bindNull(at index: Int32) throws(DatabaseError) {
+        try check(sqlite3_bind_null(statement, index), "bind null")
+    }
+
+    /// Column `index` of the current row as a double.
+    func double(at index: Int32) -> Double { sqlite3_column_double(statement, index) }
+
     /// Steps once (`sqlite3_step`): `true` when a row is available, `false` when done.
     func step() throws(DatabaseError) -> Bool {
         let result = sqlite3_step(statement)

@@ -13,6 +13,14 @@ public class ReadTransaction {
     /// The commit this transaction reads.
     public let commit: UInt64
     private(set) var isActive = true
+    /// An error a non-throwing read (a view's position questions) met; thrown by the next
+    /// throwing call, so that it is never lost.
+    private var failure: DatabaseError?
+
+    /// Keeps `error` for the transaction's next throwing call.
+    func recordFailure(_ error: DatabaseError) {
+        if failure == nil { failure = error }
+    }
 
     init(core: ConnectionCore, commit: UInt64) {
         self.core = core
@@ -22,6 +30,10 @@ public class ReadTransaction {
     func end() { isActive = false }
 
     func checkActive() throws(DatabaseError) {
+        if let failure {
+            self.failure = nil
+            throw failure
+        }
         guard isActive else {
             throw DatabaseError(
                 .transactionEnded,

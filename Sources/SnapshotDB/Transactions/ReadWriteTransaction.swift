@@ -12,6 +12,11 @@ public final class ReadWriteTransaction: ReadTransaction {
     final class SharedState {
         /// What the transaction changed so far; restored when a savepoint rolls back.
         var changes = ChangesetBuilder()
+        /// The extensions' writers (views, indexes), which update their tables before each
+        /// value changes.
+        let extensions: ExtensionWriters
+
+        init(core: ConnectionCore) { extensions = ExtensionWriters(core: core) }
         /// The changeset's `info`; restored when a savepoint rolls back.
         var info: [String: String] = [:]
         /// One flag per open scope: the transaction itself, then each nested savepoint.
@@ -27,7 +32,7 @@ public final class ReadWriteTransaction: ReadTransaction {
     private let depth: Int
 
     override init(core: ConnectionCore, commit: UInt64) {
-        shared = SharedState()
+        shared = SharedState(core: core)
         depth = 0
         super.init(core: core, commit: commit)
     }
@@ -42,6 +47,9 @@ public final class ReadWriteTransaction: ReadTransaction {
     /// What the transaction changed so far (read-only: writes mutate `shared.changes` in place,
     /// since going through a setter copied the whole change log on every write).
     var changes: ChangesetBuilder { shared.changes }
+
+    /// The writers of the registered extensions for this transaction.
+    var extensionWriters: ExtensionWriters { shared.extensions }
 
     /// Free-form information published with this transaction's ``Changeset`` (for example who
     /// or what made the change).
@@ -108,6 +116,7 @@ public final class ReadWriteTransaction: ReadTransaction {
         throws(DatabaseError)
     {
         try checkNotEnumerating(collection)
+        try shared.extensions.willSet(data, forKey: key, inCollection: collection)
         try core.handle().statement(.upsert).run(collection, key, data)
         shared.changes.recordSet(key, in: collection)
     }
@@ -117,6 +126,7 @@ public final class ReadWriteTransaction: ReadTransaction {
         try checkActive()
         try checkNotEnumerating(collection)
         let handle = try core.handle()
+        try shared.extensions.willRemove(forKey: key, inCollection: collection)
         try handle.statement(.delete).withBindings(collection, key) { statement throws(DatabaseError) in
             _ = try statement.step()
         }
@@ -135,6 +145,7 @@ public final class ReadWriteTransaction: ReadTransaction {
         try checkActive()
         try checkNotEnumerating(collection)
         let handle = try core.handle()
+        try shared.extensions.willRemoveAll(inCollection: collection)
         let statement = try handle.statement(.deleteCollection)
         defer { statement.reset() }
         try statement.bind(collection, at: 1)
@@ -147,6 +158,7 @@ public final class ReadWriteTransaction: ReadTransaction {
         try checkActive()
         try checkNotEnumerating(nil)
         let handle = try core.handle()
+        try shared.extensions.willRemoveAllCollections()
         try handle.statement(.deleteAll).execute()
         if handle.changes > 0 { shared.changes.recordClearAll() }
     }

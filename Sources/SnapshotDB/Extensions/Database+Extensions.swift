@@ -1,0 +1,216 @@
+internal import Foundation
+internal import Synchronization
+
+extension Database {
+    /// Registers `extension` and builds it from the values when it is new here or its version
+    /// (or kind) changed; from then on every commit keeps it up to date.
+    ///
+    /// Registering may happen at any time: the build is a commit of its own, made by the single
+    /// writer, and transactions that begin afterwards see the extension. A bookmark whose
+    /// snapshot predates the registration cannot read it until it advances. Registering again
+    /// under the same name and version only replaces the closures (they must compute the
+    /// same thing; give them a new version when they do not).
+    ///
+    /// - Throws: `misuse` for a name that is not letters, digits and underscores (at most 64)
+    ///   or a type that is not one of SnapshotDB's extensions; `decodingFailed` when a stored
+    ///   value is not of the extension's type; and what a write transaction throws.
+    public func register(_ extension: any DatabaseExtension) throws(DatabaseError) {
+        guard let definition = `extension` as? any ExtensionDefinition else {
+            throw DatabaseError(
+                .misuse, "\(type(of: `extension`)) is not an extension SnapshotDB knows how to keep")
+        }
+        try Self.checkExtensionName(definition.name)
+        let connection = newConnection(name: "snapshotdb.extensions")
+        do {
+            try connection.readWrite { transaction in try transaction.install(definition) }
+        } catch let error as DatabaseError {
+            throw error
+        } catch {
+            throw DatabaseError(
+                .sqlite, "registering extension '\(definition.name)' failed: \(error)", cause: error)
+        }
+    }
+
+    /// Removes the extension registered as `name` and drops its tables, in a commit of its own.
+    /// Unregistering a name that is not registered does nothing.
+    public func unregister(_ name: String) throws(DatabaseError) {
+        try Self.checkExtensionName(name)
+        let connection = newConnection(name: "snapshotdb.extensions")
+        do {
+            try connection.readWrite { transaction in try transaction.uninstall(name) }
+        } catch let error as DatabaseError {
+            throw error
+        } catch {
+            throw DatabaseError(.sqlite, "unregistering extension '\(name)' failed: \(error)", cause: error)
+        }
+    }
+
+    /// The names of the registered extensions, sorted.
+    public var registeredExtensions: [String] {
+        state.withLock { $0.extensions.keys.sorted() }
+    }
+
+    /// The registered extensions, for a transaction's hooks.
+    func extensionDefinitions() -> [any ExtensionDefinition] {
+        state.withLock { Array($0.extensions.values) }
+    }
+
+    func extensionDefinition(named name: String) -> (any ExtensionDefinition)? {
+        state.withLock { $0.extensions[name] }
+    }
+
+    func setExtension(_ definition: (any ExtensionDefinition)?, named name: String) {
+        let count = state.withLock { state in
+            state.extensions[name] = definition
+            return state.extensions.count
+        }
+        extensionCount.store(count, ordering: .releasing)
+    }
+
+    /// Extension names become table names: only letters, digits and underscores, never quoted
+    /// or spliced otherwise.
+    static func checkExtensionName(_ name: String) throws(DatabaseError) {
+        let allowed = name.utf8.allSatisfy { byte in
+            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                || byte == 0x5F
+        }
+        guard !name.isEmpty, name.utf8.count <= 64, allowed else {
+            throw DatabaseError(
+                .misuse,
+                "extension name \(name.debugDescription) must be 1 to 64 letters, digits and underscores")
+        }
+    }
+}
+
+extension ReadWriteTransaction {
+    /// Installs `definition` unless the file already has this kind and version of it: drops
+    /// the tables of any other, creates its own and fills them from the values, then records
+    /// it. The registry is updated here, under the writer lock, so that no transaction commits
+    /// values without the extension once it is installed.
+    func install(_ definition: any ExtensionDefinition) throws(DatabaseError) {
+        try checkActive()
+        let handle = try core.handle()
+        try handle.execute(ExtensionCatalog.create)
+        let installed = try ExtensionCatalog.installed(definition.name, handle: handle)
+        if let installed, installed.kind == definition.kind, installed.version == definition.version {
+            core.database.setExtension(definition, named: definition.name)
+            return
+        }
+        try ExtensionCatalog.dropTables(of: definition.name, handle: handle)
+        let context = try core.extensionContext(named: definition.name)
+        try definition.createTables(context)
+        try ExtensionCatalog.record(definition, handle: handle)
+        core.database.setExtension(definition, named: definition.name)
+        try extensionWriters.rebuild(definition, context: context)
+    }
+
+    /// Drops the extension registered as `name`, its tables and its record.
+    func uninstall(_ name: String) throws(DatabaseError) {
+        try checkActive()
+        let handle = try core.handle()
+        try handle.execute(ExtensionCatalog.create)
+        let wasInstalled = try ExtensionCatalog.installed(name, handle: handle) != nil
+        core.database.setExtension(nil, named: name)
+        guard wasInstalled else { return }
+        try ExtensionCatalog.dropTables(of: name, handle: handle)
+        try ExtensionCatalog.forget(name, handle: handle)
+        extensionWriters.markReset(name)
+    }
+}
+
+extension ReadTransaction {
+    /// The extension registered as `name`, as a `T`, checked to be installed at this
+    /// transaction's snapshot.
+    ///
+    /// - Throws: `unknownExtension` when no extension of that name and type is registered, or
+    ///   this snapshot predates it (or holds another version: advance the bookmark).
+    func installedExtension<T: ExtensionDefinition>(named name: String, as type: T.Type) throws(DatabaseError)
+        -> T
+    {
+        try checkActive()
+        guard let definition = core.database.extensionDefinition(named: name) else {
+            throw DatabaseError(.unknownExtension, "no extension named '\(name)' is registered")
+        }
+        guard let typed = definition as? T else {
+            throw DatabaseError(
+                .unknownExtension, "the extension named '\(name)' is a \(definition.kind), not a \(T.self)")
+        }
+        try checkInstalled(typed)
+        return typed
+    }
+
+    /// Checks that this transaction's snapshot holds `definition`'s kind and version.
+    func checkInstalled(_ definition: any ExtensionDefinition) throws(DatabaseError) {
+        try checkActive()
+        let installed = try? ExtensionCatalog.installed(definition.name, handle: core.handle())
+        guard let installed, installed.version == definition.version, installed.kind == definition.kind else {
+            throw DatabaseError(
+                .unknownExtension,
+                "extension '\(definition.name)' (version \(definition.version)) is not in the snapshot this "
+                    + "transaction reads (commit \(commit)); advance the bookmark to a commit made after it was registered"
+            )
+        }
+    }
+}
+
+/// The table that records which extensions the file holds, in which version: part of every
+/// snapshot, so a reader knows whether its commit has an extension.
+enum ExtensionCatalog {
+    static let create = """
+        CREATE TABLE IF NOT EXISTS snapshotdb_extensions(
+            name TEXT PRIMARY KEY NOT NULL, kind TEXT NOT NULL, version TEXT NOT NULL) WITHOUT ROWID
+        """
+
+    /// The kind and version of `name` in the open transaction's snapshot, or `nil`.
+    static func installed(_ name: String, handle: SQLiteHandle) throws(DatabaseError) -> (
+        kind: String, version: String
+    )? {
+        let statement = try handle.cachedStatement(
+            "SELECT kind, version FROM snapshotdb_extensions WHERE name = ?1")
+        defer { statement.reset() }
+        try statement.bind(name, at: 1)
+        guard try statement.step() else { return nil }
+        return (statement.string(at: 0), statement.string(at: 1))
+    }
+
+    static func record(_ definition: any ExtensionDefinition, handle: SQLiteHandle) throws(DatabaseError) {
+        let statement = try handle.cachedStatement(
+            "INSERT OR REPLACE INTO snapshotdb_extensions(name, kind, version) VALUES (?1, ?2, ?3)")
+        try statement.bind(definition.name, at: 1)
+        try statement.bind(definition.kind, at: 2)
+        try statement.bind(definition.version, at: 3)
+        try statement.execute()
+    }
+
+    static func forget(_ name: String, handle: SQLiteHandle) throws(DatabaseError) {
+        let statement = try handle.cachedStatement("DELETE FROM snapshotdb_extensions WHERE name = ?1")
+        try statement.bind(name, at: 1)
+        try statement.execute()
+    }
+
+    /// Drops every table whose name starts with the extension's prefix (virtual tables first,
+    /// which drop their own shadow tables).
+    static func dropTables(of name: String, handle: SQLiteHandle) throws(DatabaseError) {
+        let prefix = ExtensionContext.tablePrefix(name)
+        for virtualFirst in [true, false] {
+            let list = try SQLiteStatement(
+                handle: handle,
+                sql: """
+                    SELECT name FROM sqlite_schema WHERE type = 'table' AND substr(name, 1, ?1) = ?2
+                    AND (sql LIKE 'CREATE VIRTUAL%') = ?3
+                    """, persistent: false)
+            try list.bind(Int64(prefix.utf8.count), at: 1)
+            try list.bind(prefix, at: 2)
+            try list.bind(Int64(virtualFirst ? 1 : 0), at: 3)
+            var tables: [String] = []
+            while try list.step() { tables.append(list.string(at: 0)) }
+            list.reset()
+            // The names were checked to be identifiers (`checkExtensionName`) plus our suffixes.
+            for table in tables {
+                let quoted = table.replacingOccurrences(of: "\"", with: "\"\"")
+                try handle.execute("DROP TABLE IF EXISTS \"\(quoted)\"")
+            }
+        }
+        handle.clearCachedStatements()
+    }
+}

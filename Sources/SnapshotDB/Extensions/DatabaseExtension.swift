@@ -1,0 +1,126 @@
+internal import Foundation
+
+/// Something the database keeps in step with its values inside every commit: a ``View``, a
+/// secondary index, a full-text index.
+///
+/// An extension keeps its own tables in the database file and is updated by the single writer
+/// in the same SQLite transaction as the values it derives from. So a bookmarked connection
+/// reads every extension at exactly its commit (the tables are part of the snapshot), a crash
+/// can never leave an extension out of step, and an extension can add its own changes to a
+/// commit's changeset (a view's row changes).
+///
+/// Register an extension with ``Database/register(_:)``; it is built from the values (in a
+/// commit of its own) when it is new or its ``version`` changed, and kept up to date from then
+/// on. ``Database/unregister(_:)`` drops it. Extension types are SnapshotDB's own (``View``,
+/// ``FilteredView``, and those of the issues to come); this protocol only names what they share.
+public protocol DatabaseExtension: Sendable {
+    /// The name the extension is registered and read under: letters, digits and underscores.
+    var name: String { get }
+    /// Its version: registering a different version (or a different kind of extension under
+    /// the same name) rebuilds it from the values.
+    var version: String { get }
+}
+
+/// What every extension implements for the database: its tables, and a writer that keeps them
+/// up to date during one read-write transaction.
+///
+/// To add a kind of extension: conform to this protocol (tables named with
+/// ``ExtensionContext/tablePrefix``), return an ``ExtensionWriter`` from ``makeWriter(_:)``,
+/// and give transactions a typed accessor (as ``ReadTransaction/view(named:)`` does) that
+/// checks ``ReadTransaction/installedExtension(named:as:)``.
+protocol ExtensionDefinition: DatabaseExtension {
+    /// The kind, recorded with the version: "view", "index", "search".
+    var kind: String { get }
+    /// The collections whose values the extension derives from; `nil` for every collection.
+    var collections: Set<String>? { get }
+    /// Creates the extension's tables, empty.
+    func createTables(_ context: ExtensionContext) throws(DatabaseError)
+    /// A writer for one read-write transaction.
+    func makeWriter(_ context: ExtensionContext) -> any ExtensionWriter
+}
+
+extension ExtensionDefinition {
+    /// Whether the extension derives anything from `collection`.
+    func observes(_ collection: String) -> Bool {
+        collections.map { $0.contains(collection) } ?? true
+    }
+}
+
+/// Keeps one extension's tables up to date during one read-write transaction.
+///
+/// Every hook runs *before* the value row changes, on the transaction's SQLite handle, so the
+/// writer can still read the old value. Savepoints roll the extension's tables back with the
+/// values; what a writer keeps in memory for the changeset must stay correct when a savepoint
+/// it saw rolls back (a view records only what items were before the transaction, which a
+/// rollback does not change).
+protocol ExtensionWriter: AnyObject {
+    /// `data` is about to be stored under `key` in `collection` (a collection it observes).
+    func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError)
+    /// The value under `key` in `collection` is about to be removed (it exists).
+    func willRemove(forKey key: String, inCollection collection: String) throws(DatabaseError)
+    /// Every value of `collection` is about to be removed.
+    func willRemoveAll(inCollection collection: String) throws(DatabaseError)
+    /// Every value of every collection is about to be removed.
+    func willRemoveAllCollections() throws(DatabaseError)
+    /// Fills the extension's empty tables from every value it observes; what the changeset
+    /// then says must make readers reload (``ExtensionChanges/isReset``).
+    func rebuild() throws(DatabaseError)
+    /// What the transaction changed, for its changeset; `nil` when nothing.
+    func finish() throws(DatabaseError) -> (any Sendable)?
+}
+
+/// What an extension's code works with inside a transaction: the SQLite handle, the codecs,
+/// and its table names.
+struct ExtensionContext {
+    let handle: SQLiteHandle
+    let name: String
+    /// The codec of a collection (the database's registry, frozen at first use).
+    let codec: (String) -> any ValueCodec
+
+    /// The prefix of every table of the extension, `snapshotdb_ext_<name>_`.
+    var tablePrefix: String { Self.tablePrefix(name) }
+
+    static func tablePrefix(_ name: String) -> String { "snapshotdb_ext_\(name)_" }
+
+    /// Calls `body` with every value of `collections` (every collection when `nil`), in
+    /// (collection, key) order.
+    func forEachValue(
+        inCollections collections: Set<String>?,
+        _ body: (_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) -> Void
+    ) throws(DatabaseError) {
+        let all = try handle.idleStatement(.enumerateAll)
+        defer { all.reset() }
+        while try all.step() {
+            let collection = all.string(at: 0)
+            if let collections, !collections.contains(collection) { continue }
+            try body(collection, all.string(at: 1), all.data(at: 2))
+        }
+    }
+
+    /// Decodes a stored value of `collection` as `T`.
+    func decode<T: Decodable>(_ type: T.Type, _ data: Data, key: String, collection: String)
+        throws(DatabaseError) -> T
+    {
+        do {
+            return try codec(collection).decode(T.self, from: data)
+        } catch {
+            throw DatabaseError(
+                .decodingFailed,
+                "extension '\(name)' cannot decode the value for key '\(key)' in collection '\(collection)' as \(T.self): \(error)",
+                collection: collection, key: key, typeName: String(describing: T.self), cause: error)
+        }
+    }
+}
+
+/// What an extension adds to a commit's changeset, by extension name.
+struct ExtensionChanges: Sendable {
+    /// Each extension's own record of the commit (a view's touched items).
+    var byName: [String: any Sendable] = [:]
+    /// Extensions rebuilt or dropped in the commit: their readers reload.
+    var reset: Set<String> = []
+
+    var isEmpty: Bool { byName.isEmpty && reset.isEmpty }
+
+    /// Whether `name` was rebuilt or dropped in the commit.
+    func isReset(_ name: String) -> Bool { reset.contains(name) }
+}

@@ -1,0 +1,107 @@
+internal import Foundation
+internal import Synchronization
+
+/// The writers of the extensions one read-write transaction keeps up to date, made on first
+/// use, and what they add to the commit's changeset.
+///
+/// Shared by the transaction and its savepoints. Costs nothing while no extension is
+/// registered (one atomic load per write).
+final class ExtensionWriters {
+    private let core: ConnectionCore
+    private var definitions: [any ExtensionDefinition]?
+    private var writers: [String: any ExtensionWriter] = [:]
+    private var reset: Set<String> = []
+
+    init(core: ConnectionCore) { self.core = core }
+
+    /// Whether an extension was built or dropped: such a transaction commits even when it
+    /// changed no value. (Writes that change values commit anyway.)
+    var hasChanges: Bool { !reset.isEmpty }
+
+    /// The writers of the registered extensions that observe `collection` (every one for `nil`).
+    private func writers(for collection: String?) throws(DatabaseError) -> [any ExtensionWriter] {
+        guard core.database.extensionCount.load(ordering: .acquiring) > 0 else { return [] }
+        if definitions == nil { definitions = core.database.extensionDefinitions() }
+        guard let definitions, !definitions.isEmpty else { return [] }
+        var result: [any ExtensionWriter] = []
+        for definition in definitions where collection.map(definition.observes) ?? true {
+            result.append(try writer(for: definition))
+        }
+        return result
+    }
+
+    private func writer(for definition: any ExtensionDefinition) throws(DatabaseError) -> any ExtensionWriter
+    {
+        if let writer = writers[definition.name] { return writer }
+        let writer = definition.makeWriter(try core.extensionContext(named: definition.name))
+        writers[definition.name] = writer
+        return writer
+    }
+
+    func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError) {
+        for writer in try writers(for: collection) {
+            try writer.willSet(data, forKey: key, inCollection: collection)
+        }
+    }
+
+    func willRemove(forKey key: String, inCollection collection: String) throws(DatabaseError) {
+        for writer in try writers(for: collection) {
+            try writer.willRemove(forKey: key, inCollection: collection)
+        }
+    }
+
+    func willRemoveAll(inCollection collection: String) throws(DatabaseError) {
+        for writer in try writers(for: collection) { try writer.willRemoveAll(inCollection: collection) }
+    }
+
+    func willRemoveAllCollections() throws(DatabaseError) {
+        for writer in try writers(for: nil) { try writer.willRemoveAllCollections() }
+    }
+
+    /// Fills `definition`'s new, empty tables from the values (its registration).
+    func rebuild(_ definition: any ExtensionDefinition, context: ExtensionContext) throws(DatabaseError) {
+        definitions = nil
+        let writer = definition.makeWriter(context)
+        writers[definition.name] = writer
+        try writer.rebuild()
+        reset.insert(definition.name)
+    }
+
+    /// Records that `name` was dropped in this transaction.
+    func markReset(_ name: String) {
+        definitions = nil
+        writers[name] = nil
+        reset.insert(name)
+    }
+
+    /// What the extensions add to the commit's changeset.
+    func finish() throws(DatabaseError) -> ExtensionChanges {
+        var changes = ExtensionChanges(reset: reset)
+        for (name, writer) in writers {
+            if let record = try writer.finish() { changes.byName[name] = record }
+        }
+        return changes
+    }
+
+    /// Rebuilds every registered extension from the values, on `handle` inside an open write
+    /// transaction: after foreign clients changed values without the extensions' upkeep (the
+    /// writer calls this when it seals their writes).
+    static func rebuildAll(_ database: Database, handle: SQLiteHandle) throws(DatabaseError) {
+        guard database.extensionCount.load(ordering: .acquiring) > 0 else { return }
+        let codecs = database.frozenCodecs()
+        let json = JSONValueCodec()
+        for definition in database.extensionDefinitions() {
+            let context = ExtensionContext(handle: handle, name: definition.name) { codecs[$0] ?? json }
+            try ExtensionCatalog.dropTables(of: definition.name, handle: handle)
+            try definition.createTables(context)
+            try definition.makeWriter(context).rebuild()
+        }
+    }
+}
+
+extension ConnectionCore {
+    /// The context an extension's code runs in on this connection.
+    func extensionContext(named name: String) throws(DatabaseError) -> ExtensionContext {
+        ExtensionContext(handle: try handle(), name: name) { [unowned self] in self.codec(for: $0) }
+    }
+}

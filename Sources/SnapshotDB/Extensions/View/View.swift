@@ -1,0 +1,306 @@
+internal import Foundation
+
+/// A sorted, grouped list of the values of some collections, kept up to date by every commit
+/// and read at a transaction's snapshot: what a list UI shows, with the exact row changes to
+/// animate when its bookmark advances.
+///
+/// ```swift
+/// struct Note: Codable, Sendable { var title: String; var folder: String; var archived: Bool }
+/// let byTitle = View<Note>(
+///     name: "byTitle", version: "1", collections: ["notes"],
+///     group: { collection, key, note in note.archived ? nil : note.folder },  // nil: not in the view
+///     areInIncreasingOrder: { a, b in a.title < b.title })                     // ties: by (collection, key)
+/// try db.register(byTitle)
+///
+/// try ui.beginLongLivedReadTransaction()
+/// let first = try ui.read { try $0.view(named: "byTitle").item(at: 0, inGroup: "inbox") }
+/// let changes = try ui.beginLongLivedReadTransaction()
+/// let rows = try ui.read { try $0.view(named: "byTitle").changes(for: changes) }
+/// ```
+///
+/// The view lives in its own tables in the database file (a counted B+tree per group, see
+/// `ViewTree`), updated by the writer inside the same SQLite transaction as the values, so a
+/// bookmarked connection reads it at exactly its commit and a crash never leaves it out of
+/// step. `item(at:inGroup:)`, `index(ofKey:inCollection:)` and `count(inGroup:)` cost O(log n)
+/// (a few row reads) at any size; a write costs O(log n) comparisons per changed value, each
+/// decoding a value. `group` and `areInIncreasingOrder` must be pure: the same values must
+/// always give the same groups and order (change the `version` when they change).
+public struct View<Value: Decodable & Sendable>: ExtensionDefinition {
+    /// The name the view is registered and read under.
+    public let name: String
+    /// The view's version: registering another version rebuilds it.
+    public let version: String
+    /// The collections whose values the view lists; `nil` for every collection.
+    public let collections: Set<String>?
+    let group: @Sendable (_ collection: String, _ key: String, _ value: Value) -> String?
+    let areInIncreasingOrder: @Sendable (Value, Value) -> Bool
+
+    /// A view named `name` of the values of `collections` (every collection when `nil`).
+    ///
+    /// - Parameters:
+    ///   - group: the group of a value, or `nil` to leave it out of the view.
+    ///   - areInIncreasingOrder: the order within a group (a strict weak order); equal values
+    ///     are ordered by collection, then key.
+    public init(
+        name: String, version: String, collections: Set<String>? = nil,
+        group: @escaping @Sendable (_ collection: String, _ key: String, _ value: Value) -> String?,
+        areInIncreasingOrder: @escaping @Sendable (Value, Value) -> Bool
+    ) {
+        self.name = name
+        self.version = version
+        self.collections = collections
+        self.group = group
+        self.areInIncreasingOrder = areInIncreasingOrder
+    }
+
+    var kind: String { "view" }
+
+    func createTables(_ context: ExtensionContext) throws(DatabaseError) {
+        try ViewTree.createTables(prefix: context.tablePrefix, handle: context.handle)
+    }
+
+    func makeWriter(_ context: ExtensionContext) -> any ExtensionWriter {
+        ViewWriter(context: context, order: makeOrder(context), collections: collections)
+    }
+
+    func makeOrder(_ context: ExtensionContext) -> ViewOrder<Value> {
+        ViewOrder(context: context, group: group, areInIncreasingOrder: areInIncreasingOrder)
+    }
+}
+
+/// A view of the items of another view that pass a filter, in the parent's groups and order
+/// (YapDatabase's filtered view). Its filter can change at run time: register it again with a
+/// new `version` and it is filtered again, in a commit of its own, whose changeset makes its
+/// readers reload.
+///
+/// ```swift
+/// let starred = FilteredView(name: "starred", parent: byTitle, version: "1") { _, _, note in note.isStarred }
+/// try db.register(starred)
+/// ```
+///
+/// It is kept like any view (its own tables, updated in the same transaction), so it reads at
+/// the same cost; the parent need not be registered. Its stored version combines the parent's
+/// and its own, so a new parent version rebuilds it too.
+public struct FilteredView<Value: Decodable & Sendable>: ExtensionDefinition {
+    /// The name the filtered view is registered and read under.
+    public let name: String
+    /// The filter's version combined with the parent's: `parent/own`.
+    public let version: String
+    /// The parent's collections.
+    public let collections: Set<String>?
+    private let view: View<Value>
+
+    /// The items of `parent` for which `filter` returns `true`.
+    public init(
+        name: String, parent: View<Value>, version: String,
+        filter: @escaping @Sendable (_ collection: String, _ key: String, _ value: Value) -> Bool
+    ) {
+        self.name = name
+        self.version = "\(parent.version)/\(version)"
+        self.collections = parent.collections
+        let group = parent.group
+        self.view = View(
+            name: name, version: self.version, collections: parent.collections,
+            group: { collection, key, value in
+                guard let group = group(collection, key, value), filter(collection, key, value) else {
+                    return nil
+                }
+                return group
+            }, areInIncreasingOrder: parent.areInIncreasingOrder)
+    }
+
+    var kind: String { "view" }
+
+    func createTables(_ context: ExtensionContext) throws(DatabaseError) { try view.createTables(context) }
+
+    func makeWriter(_ context: ExtensionContext) -> any ExtensionWriter { view.makeWriter(context) }
+
+    func makeOrder(_ context: ExtensionContext) -> ViewOrder<Value> { view.makeOrder(context) }
+}
+
+/// What ``ReadTransaction/view(named:)`` needs of a view or filtered view, whatever its value
+/// type.
+protocol ViewDefinition: ExtensionDefinition {
+    func ranking(_ context: ExtensionContext) -> any ViewRanking
+}
+
+extension View: ViewDefinition {
+    func ranking(_ context: ExtensionContext) -> any ViewRanking { makeOrder(context) }
+}
+
+extension FilteredView: ViewDefinition {
+    func ranking(_ context: ExtensionContext) -> any ViewRanking { makeOrder(context) }
+}
+
+/// A view item with its decoded value, for comparisons.
+struct ViewSortKey {
+    let item: ViewItem
+    let value: any Sendable
+}
+
+/// Comparisons in a view's order, whatever its value type.
+protocol ViewRanking: AnyObject {
+    /// The key of `item` with its value as the transaction reads it now.
+    func currentKey(_ item: ViewItem) throws(DatabaseError) -> ViewSortKey
+    /// The key of `item` with the stored value `data`.
+    func key(_ item: ViewItem, data: Data) throws(DatabaseError) -> ViewSortKey
+    /// Whether `lhs` sorts before `rhs`.
+    func less(_ lhs: ViewSortKey, _ rhs: ViewSortKey) -> Bool
+}
+
+/// A view's grouping and order over decoded values, with the values it decoded kept for the
+/// comparisons of one transaction.
+final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
+    let context: ExtensionContext
+    let group: @Sendable (String, String, Value) -> String?
+    let areInIncreasingOrder: @Sendable (Value, Value) -> Bool
+    private var decoded: [ViewItem: Value] = [:]
+
+    init(
+        context: ExtensionContext, group: @escaping @Sendable (String, String, Value) -> String?,
+        areInIncreasingOrder: @escaping @Sendable (Value, Value) -> Bool
+    ) {
+        self.context = context
+        self.group = group
+        self.areInIncreasingOrder = areInIncreasingOrder
+    }
+
+    func decode(_ data: Data, _ item: ViewItem) throws(DatabaseError) -> Value {
+        try context.decode(Value.self, data, key: item.key, collection: item.collection)
+    }
+
+    /// The value of `item` as the open transaction reads it (decoded once per transaction).
+    func value(_ item: ViewItem) throws(DatabaseError) -> Value {
+        if let value = decoded[item] { return value }
+        let fetch = try context.handle.statement(.getData)
+        guard let data = try fetch.fetchBlob(item.collection, item.key) else {
+            throw ViewTree.damaged(context.tablePrefix, "\(item) is in the view but has no value")
+        }
+        let value = try decode(data, item)
+        if decoded.count > 100_000 { decoded.removeAll(keepingCapacity: true) }
+        decoded[item] = value
+        return value
+    }
+
+    /// Forgets the decoded value of `item`, which is about to change.
+    func forget(_ item: ViewItem) { decoded[item] = nil }
+
+    /// Whether (`lhs`, `lhsItem`) sorts before (`rhs`, `rhsItem`): the view's order, then the
+    /// items' (collection, key).
+    func less(_ lhs: Value, _ lhsItem: ViewItem, _ rhs: Value, _ rhsItem: ViewItem) -> Bool {
+        if areInIncreasingOrder(lhs, rhs) { return true }
+        if areInIncreasingOrder(rhs, lhs) { return false }
+        return lhsItem < rhsItem
+    }
+
+    func currentKey(_ item: ViewItem) throws(DatabaseError) -> ViewSortKey {
+        ViewSortKey(item: item, value: try value(item))
+    }
+
+    func key(_ item: ViewItem, data: Data) throws(DatabaseError) -> ViewSortKey {
+        ViewSortKey(item: item, value: try decode(data, item))
+    }
+
+    func less(_ lhs: ViewSortKey, _ rhs: ViewSortKey) -> Bool {
+        // The keys were made by this order from `Value`s.
+        less(lhs.value as! Value, lhs.item, rhs.value as! Value, rhs.item)
+    }
+}
+
+/// What a view records of one commit: for each item the commit touched, where it was before
+/// (its group and stored value), or `nil` when it was not in the view.
+struct ViewCommitRecord: Sendable {
+    struct Before: Sendable, Equatable {
+        let group: String
+        let data: Data
+    }
+
+    var touched: [ViewItem: Before?]
+}
+
+/// Keeps a view's tables up to date during one read-write transaction.
+final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
+    private let context: ExtensionContext
+    private let order: ViewOrder<Value>
+    private let tree: ViewTree
+    private let collections: Set<String>?
+    /// Where each item the transaction touched was before it (first touch wins: a savepoint
+    /// that rolls back does not change what an item was before the transaction).
+    private var touched: [ViewItem: ViewCommitRecord.Before?] = [:]
+
+    init(context: ExtensionContext, order: ViewOrder<Value>, collections: Set<String>?) {
+        self.context = context
+        self.order = order
+        self.collections = collections
+        self.tree = ViewTree(handle: context.handle, prefix: context.tablePrefix)
+    }
+
+    /// Records where `item` is before the transaction changes it, the first time.
+    private func recordBefore(_ item: ViewItem, location: (group: String, leaf: Int64)?) throws(DatabaseError)
+    {
+        guard touched[item] == nil else { return }
+        guard let location else {
+            touched[item] = .some(nil)
+            return
+        }
+        let data = try context.handle.statement(.getData).fetchBlob(item.collection, item.key) ?? Data()
+        touched[item] = ViewCommitRecord.Before(group: location.group, data: data)
+    }
+
+    func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError) {
+        let item = ViewItem(collection: collection, key: key)
+        let value = try order.decode(data, item)
+        let group = order.group(collection, key, value)
+        let location = try tree.location(of: item)
+        try recordBefore(item, location: location)
+        if let location { try tree.remove(item, group: location.group, leaf: location.leaf) }
+        order.forget(item)
+        guard let group else { return }
+        try tree.insert(item, group: group) { (other) throws(DatabaseError) in
+            order.less(try order.value(other), other, value, item)
+        }
+    }
+
+    func willRemove(forKey key: String, inCollection collection: String) throws(DatabaseError) {
+        let item = ViewItem(collection: collection, key: key)
+        guard let location = try tree.location(of: item) else { return }
+        try recordBefore(item, location: location)
+        try tree.remove(item, group: location.group, leaf: location.leaf)
+        order.forget(item)
+    }
+
+    func willRemoveAll(inCollection collection: String) throws(DatabaseError) {
+        for item in try tree.items(inCollection: collection) {
+            try willRemove(forKey: item.key, inCollection: collection)
+        }
+    }
+
+    func willRemoveAllCollections() throws(DatabaseError) {
+        for item in try tree.allItems() {
+            try recordBefore(item, location: try tree.location(of: item))
+        }
+        try tree.removeEverything()
+    }
+
+    func rebuild() throws(DatabaseError) {
+        try tree.removeEverything()
+        var groups: [String: [(item: ViewItem, value: Value)]] = [:]
+        try context.forEachValue(inCollections: collections) {
+            (collection, key, data) throws(DatabaseError) in
+            let item = ViewItem(collection: collection, key: key)
+            let value = try order.decode(data, item)
+            if let group = order.group(collection, key, value) {
+                groups[group, default: []].append((item, value))
+            }
+        }
+        for (group, members) in groups {
+            let sorted = members.sorted { order.less($0.value, $0.item, $1.value, $1.item) }
+            try tree.build(group: group, items: sorted.map(\.item))
+        }
+        touched = [:]
+    }
+
+    func finish() throws(DatabaseError) -> (any Sendable)? {
+        touched.isEmpty ? nil : ViewCommitRecord(touched: touched)
+    }
+}

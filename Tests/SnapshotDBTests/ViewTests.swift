@@ -1,0 +1,302 @@
+import Foundation
+import Testing
+
+@testable import SnapshotDB
+
+struct Note: Codable, Sendable, Equatable {
+    var title: String
+    var folder: String
+    var archived: Bool
+}
+
+/// A deterministic random generator (SplitMix64), so that a failing seed can be replayed.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// Views: sorted, grouped lists kept by every commit, read at a snapshot, with row changes.
+@Suite("Views")
+struct ViewTests {
+    static let byTitle = View<Note>(
+        name: "byTitle", version: "1", collections: ["notes"],
+        group: { _, _, note in note.archived ? nil : note.folder },
+        areInIncreasingOrder: { $0.title < $1.title })
+
+    /// What the view must hold: the values at the transaction's snapshot, grouped and sorted by
+    /// brute force.
+    static func expectedRows(_ txn: ReadTransaction) throws -> [String: [ViewItem]] {
+        var groups: [String: [(ViewItem, Note)]] = [:]
+        for (key, note) in try txn.values(inCollection: "notes", as: Note.self) where !note.archived {
+            groups[note.folder, default: []].append((ViewItem(collection: "notes", key: key), note))
+        }
+        return groups.mapValues { members in
+            members.sorted { lhs, rhs in
+                lhs.1.title != rhs.1.title ? lhs.1.title < rhs.1.title : lhs.0 < rhs.0
+            }.map(\.0)
+        }
+    }
+
+    static func rows(_ view: ViewReader) -> [String: [ViewItem]] {
+        Dictionary(uniqueKeysWithValues: view.groups.map { ($0, view.items(inGroup: $0)) })
+    }
+
+    /// Applies batch row changes to `old` the way a list UI does.
+    static func apply(_ changes: [ViewRowChange], to old: [String: [ViewItem]]) -> [String: [ViewItem]]? {
+        var rows = old
+        var removals: [String: [(Int, ViewItem)]] = [:]
+        var insertions: [String: [(Int, ViewItem)]] = [:]
+        for change in changes {
+            switch change {
+            case .delete(let item, let at): removals[at.group, default: []].append((at.index, item))
+            case .insert(let item, let at): insertions[at.group, default: []].append((at.index, item))
+            case .move(let item, let from, let to):
+                removals[from.group, default: []].append((from.index, item))
+                insertions[to.group, default: []].append((to.index, item))
+            case .update: break
+            }
+        }
+        for (group, entries) in removals {
+            for (index, item) in entries.sorted(by: { $0.0 > $1.0 }) {
+                guard var list = rows[group], index < list.count, list[index] == item else { return nil }
+                list.remove(at: index)
+                rows[group] = list
+            }
+        }
+        for (group, entries) in insertions {
+            for (index, item) in entries.sorted(by: { $0.0 < $1.0 }) {
+                var list = rows[group] ?? []
+                guard index <= list.count else { return nil }
+                list.insert(item, at: index)
+                rows[group] = list
+            }
+        }
+        return rows.filter { !$0.value.isEmpty }
+    }
+
+    @Test func aViewListsGroupsInOrderAndAnswersPositions() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.byTitle)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "b", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
+                try txn.set(
+                    Note(title: "a", folder: "inbox", archived: false), forKey: "n2", inCollection: "notes")
+                try txn.set(
+                    Note(title: "c", folder: "work", archived: false), forKey: "n3", inCollection: "notes")
+                try txn.set(
+                    Note(title: "z", folder: "inbox", archived: true), forKey: "n4", inCollection: "notes")
+                try txn.set(Item(title: "not a note"), forKey: "x", inCollection: "other")
+            }
+            try writer.read { txn in
+                let view = try txn.view(named: "byTitle")
+                #expect(view.groups == ["inbox", "work"])
+                #expect(view.count(inGroup: "inbox") == 2)
+                #expect(view.item(at: 0, inGroup: "inbox") == ViewItem(collection: "notes", key: "n2"))
+                #expect(view.items(inGroup: "inbox").map(\.key) == ["n2", "n1"])
+                #expect(view.index(ofKey: "n1", inCollection: "notes") == ViewIndex(group: "inbox", index: 1))
+                #expect(view.index(ofKey: "n4", inCollection: "notes") == nil)
+                #expect(try view.value(at: 0, inGroup: "work", as: Note.self)?.title == "c")
+                #expect(view.item(at: 5, inGroup: "inbox") == nil)
+            }
+            expectError(.unknownExtension) { try writer.read { try $0.view(named: "missing") } }
+        }
+    }
+
+    @Test func registeringBuildsFromExistingValuesAndANewVersionRebuilds() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for index in 0..<300 {
+                    try txn.set(
+                        Note(
+                            title: String(format: "%03d", (index * 7) % 300), folder: "f\(index % 3)",
+                            archived: false),
+                        forKey: "k\(index)", inCollection: "notes")
+                }
+            }
+            try db.register(Self.byTitle)
+            try writer.read { txn throws in
+                let view = try txn.view(named: "byTitle")
+                let expected = try Self.expectedRows(txn)
+                #expect(Self.rows(view) == expected)
+            }
+            // Version 2 groups everything in one group, ordered backwards.
+            let reversed = View<Note>(
+                name: "byTitle", version: "2", collections: ["notes"], group: { _, _, _ in "all" },
+                areInIncreasingOrder: { $0.title > $1.title })
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            try db.register(reversed)
+            let changes = try ui.beginLongLivedReadTransaction()
+            try ui.read { txn in
+                let view = try txn.view(named: "byTitle")
+                #expect(view.groups == ["all"])
+                #expect(view.count(inGroup: "all") == 300)
+                #expect(try view.value(at: 0, inGroup: "all", as: Note.self)?.title == "299")
+                #expect(view.requiresReload(for: changes))
+                #expect(try view.changeSummary(for: changes).isReload)
+            }
+            try db.unregister("byTitle")
+            let tables = try sqlite3(
+                db.path, "SELECT name FROM sqlite_schema WHERE substr(name, 1, 15) = 'snapshotdb_ext_';")
+            #expect(tables == "")
+            expectError(.unknownExtension) { try writer.read { try $0.view(named: "byTitle") } }
+        }
+    }
+
+    @Test func aBookmarkReadsTheViewAtItsCommit() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.byTitle)
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try writer.readWrite {
+                try $0.set(
+                    Note(title: "m", folder: "inbox", archived: false), forKey: "m", inCollection: "notes")
+            }
+            try ui.beginLongLivedReadTransaction()
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "a", folder: "inbox", archived: false), forKey: "a", inCollection: "notes")
+                try txn.removeValue(forKey: "m", inCollection: "notes")
+            }
+            try ui.read { txn in
+                let view = try txn.view(named: "byTitle")
+                #expect(view.items(inGroup: "inbox").map(\.key) == ["m"])
+            }
+            let changes = try ui.beginLongLivedReadTransaction()
+            let rows = try ui.read { try $0.view(named: "byTitle").changes(for: changes) }
+            #expect(
+                Set(rows) == [
+                    .delete(ViewItem(collection: "notes", key: "m"), at: ViewIndex(group: "inbox", index: 0)),
+                    .insert(ViewItem(collection: "notes", key: "a"), at: ViewIndex(group: "inbox", index: 0)),
+                ])
+        }
+    }
+
+    @Test func aSnapshotFromBeforeTheRegistrationCannotReadTheView() throws {
+        try withTemporaryDatabase { db throws in
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            try db.register(Self.byTitle)
+            expectError(.unknownExtension) { try ui.read { try $0.view(named: "byTitle") } }
+            try ui.beginLongLivedReadTransaction()
+            #expect(try ui.read { try $0.view(named: "byTitle").groups } == [])
+        }
+    }
+
+    @Test func updatesInPlaceMovesAndSections() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.byTitle)
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try writer.readWrite { txn in
+                for (key, title) in [("a", "a"), ("b", "b"), ("c", "c")] {
+                    try txn.set(
+                        Note(title: title, folder: "inbox", archived: false), forKey: key,
+                        inCollection: "notes")
+                }
+            }
+            try ui.beginLongLivedReadTransaction()
+            try writer.readWrite { txn in
+                // b changes but keeps its place; c moves before a; a moves to a new group.
+                try txn.set(
+                    Note(title: "b", folder: "inbox", archived: false), forKey: "b", inCollection: "notes")
+                try txn.set(
+                    Note(title: "0", folder: "inbox", archived: false), forKey: "c", inCollection: "notes")
+                try txn.set(
+                    Note(title: "a", folder: "work", archived: false), forKey: "a", inCollection: "notes")
+            }
+            let changes = try ui.beginLongLivedReadTransaction()
+            let summary = try ui.read { try $0.view(named: "byTitle").changeSummary(for: changes) }
+            #expect(summary.sections == [.insert(group: "work", index: 1)])
+            #expect(
+                summary.rows.contains(
+                    .move(
+                        ViewItem(collection: "notes", key: "a"), from: ViewIndex(group: "inbox", index: 0),
+                        to: ViewIndex(group: "work", index: 0))))
+            #expect(
+                summary.rows.contains(
+                    .update(ViewItem(collection: "notes", key: "b"), at: ViewIndex(group: "inbox", index: 1)))
+            )
+            let restricted = try ui.read {
+                try $0.view(named: "byTitle").changes(for: changes, inGroups: ["work"])
+            }
+            #expect(
+                restricted == [
+                    .insert(ViewItem(collection: "notes", key: "a"), at: ViewIndex(group: "work", index: 0))
+                ])
+        }
+    }
+
+    /// Random commits by two writers, through savepoints that roll back, removals and cleared
+    /// collections; two bookmarks that advance now and then. After every advance the view equals
+    /// a brute-force sort of the values at that snapshot, and its row changes applied to the
+    /// rows before give the rows after.
+    @Test(arguments: [1, 2, 3, 4]) func rowChangesRebuildTheNewRows(seed: UInt64) throws {
+        var random = SeededGenerator(state: seed)
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.byTitle)
+            let writers = [db.newConnection(name: "w1"), db.newConnection(name: "w2")]
+            let readers = [db.newConnection(name: "r1"), db.newConnection(name: "r2")]
+            var previous: [[String: [ViewItem]]] = []
+            for reader in readers {
+                try reader.beginLongLivedReadTransaction()
+                previous.append(try reader.read { Self.rows(try $0.view(named: "byTitle")) })
+            }
+            let folders = ["inbox", "work", "home", "later"]
+            for round in 0..<60 {
+                let writer = writers[Int.random(in: 0..<2, using: &random)]
+                try writer.readWrite { txn in
+                    for _ in 0..<Int.random(in: 1...6, using: &random) {
+                        let key = "n\(Int.random(in: 0..<40, using: &random))"
+                        switch Int.random(in: 0..<10, using: &random) {
+                        case 0..<6:
+                            let note = Note(
+                                title: String(UnicodeScalar(UInt8(Int.random(in: 97..<110, using: &random)))),
+                                folder: folders.randomElement(using: &random)!,
+                                archived: Int.random(in: 0..<5, using: &random) == 0)
+                            try txn.set(note, forKey: key, inCollection: "notes")
+                        case 6..<8:
+                            try txn.removeValue(forKey: key, inCollection: "notes")
+                        case 8:
+                            try? txn.savepoint { txn in
+                                try txn.set(
+                                    Note(title: "zz", folder: "inbox", archived: false), forKey: key,
+                                    inCollection: "notes")
+                                throw WriterContractTests.Refused()
+                            }
+                        default:
+                            if round % 20 == 19 { try txn.removeAll(inCollection: "notes") }
+                        }
+                    }
+                }
+                for (index, reader) in readers.enumerated()
+                where Int.random(in: 0..<3, using: &random) == 0 || round == 59 {
+                    let changes = try reader.beginLongLivedReadTransaction()
+                    try reader.read { txn throws in
+                        let view = try txn.view(named: "byTitle")
+                        let now = Self.rows(view)
+                        let expected = try Self.expectedRows(txn)
+                        #expect(now == expected, "seed \(seed) round \(round)")
+                        let rows = try view.changes(for: changes)
+                        #expect(
+                            Self.apply(rows, to: previous[index]) == now,
+                            "seed \(seed) round \(round): \(rows)")
+                        for case .update(let item, let at) in rows {
+                            #expect(now[at.group]?[at.index] == item)
+                        }
+                        previous[index] = now
+                    }
+                }
+            }
+        }
+    }
+}
