@@ -121,6 +121,9 @@ struct RunCommand: ParsableCommand {
         configuration.warningInterval = .seconds(1)
         configuration.checkpointLogger = capture.logger(label: "snapshotdb.checkpoint")
         let database = try Database(path: path, configuration: configuration)
+        // A view over the accounts, kept by every transfer; readers check it at each advance.
+        // Registered before the bank is set up: every commit after the setup is one transfer.
+        try database.register(ViewChecks.view)
         let bank = try Bank.open(database.newConnection(name: "setup"), accounts: accounts)
         // The commit the workload starts from (the setup, or an earlier run's last commit).
         let firstCommit = database.latestCommit

@@ -39,6 +39,12 @@ struct Demo: ParsableCommand {
         logger.logLevel = .info
         configuration.checkpointLogger = logger
         let db = try Database(path: path, configuration: configuration)
+        // A view: the items in two groups by price, sorted by price; kept by every commit.
+        try db.register(
+            View<DemoItem>(
+                name: "byPrice", version: "1", collections: ["items"],
+                group: { _, _, item in item.price < 50 ? "under 50" : "50 and over" },
+                areInIncreasingOrder: { $0.price < $1.price }))
 
         section("1. Two writers commit 100 items each")
         let writers = [db.newConnection(name: "writer-1"), db.newConnection(name: "writer-2")]
@@ -84,6 +90,16 @@ struct Demo: ParsableCommand {
         print(
             "   hasChange(forKey: \"0-5\", inCollection: \"items\") = \(changes.hasChange(forKey: "0-5", inCollection: "items"))"
         )
+        let rows = try ui.read { txn in
+            let view = try txn.view(named: "byPrice")
+            let first = view.items(inGroup: "under 50").prefix(3).map(\.key).joined(separator: ", ")
+            print(
+                "   view byPrice: groups \(view.groups), \(view.count(inGroup: "under 50")) under 50 (first: \(first))"
+            )
+            return try view.changes(for: changes)
+        }
+        print("   the view's row changes for this advance (old indexes for deletes, new for inserts):")
+        for row in rows { print("     \(row)") }
         try ui.endLongLivedReadTransaction()
 
         section("3. A laggard pins the WAL; the checkpoint monitor names it")

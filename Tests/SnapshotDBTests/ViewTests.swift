@@ -47,37 +47,8 @@ struct ViewTests {
         Dictionary(uniqueKeysWithValues: view.groups.map { ($0, view.items(inGroup: $0)) })
     }
 
-    /// Applies batch row changes to `old` the way a list UI does.
     static func apply(_ changes: [ViewRowChange], to old: [String: [ViewItem]]) -> [String: [ViewItem]]? {
-        var rows = old
-        var removals: [String: [(Int, ViewItem)]] = [:]
-        var insertions: [String: [(Int, ViewItem)]] = [:]
-        for change in changes {
-            switch change {
-            case .delete(let item, let at): removals[at.group, default: []].append((at.index, item))
-            case .insert(let item, let at): insertions[at.group, default: []].append((at.index, item))
-            case .move(let item, let from, let to):
-                removals[from.group, default: []].append((from.index, item))
-                insertions[to.group, default: []].append((to.index, item))
-            case .update: break
-            }
-        }
-        for (group, entries) in removals {
-            for (index, item) in entries.sorted(by: { $0.0 > $1.0 }) {
-                guard var list = rows[group], index < list.count, list[index] == item else { return nil }
-                list.remove(at: index)
-                rows[group] = list
-            }
-        }
-        for (group, entries) in insertions {
-            for (index, item) in entries.sorted(by: { $0.0 < $1.0 }) {
-                var list = rows[group] ?? []
-                guard index <= list.count else { return nil }
-                list.insert(item, at: index)
-                rows[group] = list
-            }
-        }
-        return rows.filter { !$0.value.isEmpty }
+        ViewRowChange.apply(changes, to: old)
     }
 
     @Test func aViewListsGroupsInOrderAndAnswersPositions() throws {

@@ -15,6 +15,8 @@ struct Reader {
         do {
             try connection.beginLongLivedReadTransaction()
             var current = try read(enumerated: false, verifyLog: true)
+            var rows = try ViewChecks.check(
+                connection, snapshot: current, previous: nil, changes: [], violations: violations)
             while control.shouldContinue {
                 for repetition in 0..<Int.random(in: 1...3, using: &random) {
                     // Alternate the cache and SQLite: a stale cached value shows up as a mismatch.
@@ -31,6 +33,8 @@ struct Reader {
                 try BookmarkChecks.checkAdvance(
                     from: current, to: next, changes: changes, connection: connection, bank: bank,
                     violations: violations)
+                rows = try ViewChecks.check(
+                    connection, snapshot: next, previous: rows, changes: changes, violations: violations)
                 current = next
             }
             try connection.endLongLivedReadTransaction()

@@ -61,6 +61,49 @@ public enum ViewRowChange: Hashable, Sendable {
         case .insert(let item, _), .delete(let item, _), .move(let item, _, _), .update(let item, _): item
         }
     }
+
+    /// Applies a batch of row changes to `rows` (items per group) the way a list UI does:
+    /// removes deleted and moved-away items at their old indexes, then inserts inserted and
+    /// moved-in items at their new indexes, ascending. Returns `nil` when the changes do not fit
+    /// `rows` (an index out of range, or another item at a removal's index). Groups left empty
+    /// are dropped.
+    ///
+    /// For a model kept beside a list, and for tests: applied to the rows of the commit before,
+    /// the changes ``ViewReader/changes(for:)`` returns give the rows of the commit after.
+    public static func apply(_ changes: [ViewRowChange], to rows: [String: [ViewItem]]) -> [String:
+        [ViewItem]]?
+    {
+        var rows = rows
+        var removals: [String: [(index: Int, item: ViewItem)]] = [:]
+        var insertions: [String: [(index: Int, item: ViewItem)]] = [:]
+        for change in changes {
+            switch change {
+            case .delete(let item, let at): removals[at.group, default: []].append((at.index, item))
+            case .insert(let item, let at): insertions[at.group, default: []].append((at.index, item))
+            case .move(let item, let from, let to):
+                removals[from.group, default: []].append((from.index, item))
+                insertions[to.group, default: []].append((to.index, item))
+            case .update: break
+            }
+        }
+        for (group, entries) in removals {
+            var list = rows[group] ?? []
+            for entry in entries.sorted(by: { $0.index > $1.index }) {
+                guard entry.index < list.count, list[entry.index] == entry.item else { return nil }
+                list.remove(at: entry.index)
+            }
+            rows[group] = list
+        }
+        for (group, entries) in insertions {
+            var list = rows[group] ?? []
+            for entry in entries.sorted(by: { $0.index < $1.index }) {
+                guard entry.index <= list.count else { return nil }
+                list.insert(entry.item, at: entry.index)
+            }
+            rows[group] = list
+        }
+        return rows.filter { !$0.value.isEmpty }
+    }
 }
 
 /// How a view's groups (a list's sections) changed between two commits.
