@@ -25,6 +25,15 @@
 // (a full disk) gives the space back and is not reported, so it can never fail a commit that
 // would have succeeded. SQLite's journal_size_limit still trims a reset WAL.
 //
+// Ordering. Zeros are never written between a new WAL header (or a truncation) and the sync
+// that makes it durable: only from the first frame write after that sync. Otherwise a power cut
+// could keep some zeros and lose both the truncation and the new header: the old header would
+// then still validate the old, already checkpointed frames up to the zeros, and SQLite would
+// replay that prefix over a database file that already holds newer pages (found by a
+// power-loss crash-state test; plain SQLite has no such state). After the sync, the header and
+// the file's size are durable, the old frames are gone or carry other salts, and zeros past the
+// end can only be read as the end of the WAL.
+//
 // Frames in one write. SQLite writes each WAL frame as two writes, its 24-byte header and then
 // its page. The VFS holds the header back and writes it with the page in one pwrite: half the
 // system calls per commit (measured: two 8 KiB frames cost 7 µs as four writes, 3.5 µs as
@@ -67,6 +76,9 @@ typedef struct WALFile {
     sqlite3_int64 commitFrameOffset;
     /// The last commit was synced before the next transaction wrote: synchronous = FULL.
     int syncsCommits;
+    /// A new WAL header was written, or the file truncated, and no sync has followed yet: no
+    /// zeros may be written until one has (see "Ordering" above).
+    int headerAwaitingSync;
     /// A frame header written by SQLite and held back to go out with its page.
     unsigned char heldHeader[WAL_FRAME_HEADER_BYTES];
     int headerHeld;
@@ -226,10 +238,13 @@ static int walWrite(sqlite3_file *base, const void *buffer, int amount, sqlite3_
         file->headerHeld = 1;
         return SQLITE_OK;
     }
+    if (offset == 0 && amount == WAL_HEADER_BYTES) file->headerAwaitingSync = 1;
     int rc = writeThrough(file, buffer, amount, offset);
     if (rc != SQLITE_OK) return rc;
     sqlite3_int64 end = offset + amount;
-    if (file->syncsCommits && (file->knownSize < 0 || end > file->knownSize)) preallocate(file, end);
+    if (file->syncsCommits && !file->headerAwaitingSync && (file->knownSize < 0 || end > file->knownSize)) {
+        preallocate(file, end);
+    }
     return SQLITE_OK;
 }
 
@@ -239,6 +254,7 @@ static int walTruncate(sqlite3_file *base, sqlite3_int64 size) {
     if (rc != SQLITE_OK) return rc;
     rc = file->real->pMethods->xTruncate(file->real, size);
     file->knownSize = rc == SQLITE_OK ? size : -1;
+    file->headerAwaitingSync = 1;
     return rc;
 }
 
@@ -247,6 +263,7 @@ static int walSync(sqlite3_file *base, int flags) {
     int rc = releaseHeader(file);
     if (rc != SQLITE_OK) return rc;
     rc = file->real->pMethods->xSync(file->real, flags);
+    if (rc == SQLITE_OK) file->headerAwaitingSync = 0;
     if (rc == SQLITE_OK && file->commitAwaitingSync) {
         file->syncsCommits = 1;
         file->commitAwaitingSync = 0;
