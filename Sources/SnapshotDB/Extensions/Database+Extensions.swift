@@ -97,7 +97,7 @@ extension ReadWriteTransaction {
             return
         }
         try ExtensionCatalog.dropTables(of: definition.name, handle: handle)
-        let context = try core.extensionContext(named: definition.name)
+        let context = try core.extensionContext(named: definition.name, transaction: self)
         try definition.createTables(context)
         try ExtensionCatalog.record(definition, handle: handle)
         core.database.setExtension(definition, named: definition.name)

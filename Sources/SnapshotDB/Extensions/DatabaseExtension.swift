@@ -76,6 +76,28 @@ struct ExtensionContext {
     let name: String
     /// The codec of a collection (the database's registry, frozen at first use).
     let codec: (String) -> any ValueCodec
+    /// The transaction the extension works in, when there is one (not when the writer rebuilds
+    /// extensions while it seals foreign writes): its reads go through the connection's value
+    /// cache, which keeps decoded values across transactions.
+    weak var transaction: ReadTransaction?
+
+    init(
+        handle: SQLiteHandle, name: String, transaction: ReadTransaction? = nil,
+        codec: @escaping (String) -> any ValueCodec
+    ) {
+        self.handle = handle
+        self.name = name
+        self.transaction = transaction
+        self.codec = codec
+    }
+
+    /// The value of `key` in `collection` decoded as `T`, as the transaction reads it now: from
+    /// the connection's cache when it holds it, else from SQLite.
+    func value<T: Decodable>(_ type: T.Type, key: String, collection: String) throws(DatabaseError) -> T? {
+        if let transaction { return try transaction.value(forKey: key, inCollection: collection, as: T.self) }
+        guard let data = try handle.statement(.getData).fetchBlob(collection, key) else { return nil }
+        return try decode(T.self, data, key: key, collection: collection)
+    }
 
     /// The prefix of every table of the extension, `snapshotdb_ext_<name>_`.
     var tablePrefix: String { Self.tablePrefix(name) }

@@ -8,6 +8,8 @@ internal import Synchronization
 /// registered (one atomic load per write).
 final class ExtensionWriters {
     private let core: ConnectionCore
+    /// The transaction these writers serve (its reads use the connection's value cache).
+    weak var transaction: ReadTransaction?
     private var definitions: [any ExtensionDefinition]?
     private var writers: [String: any ExtensionWriter] = [:]
     private var reset: Set<String> = []
@@ -33,7 +35,8 @@ final class ExtensionWriters {
     private func writer(for definition: any ExtensionDefinition) throws(DatabaseError) -> any ExtensionWriter
     {
         if let writer = writers[definition.name] { return writer }
-        let writer = definition.makeWriter(try core.extensionContext(named: definition.name))
+        let writer = definition.makeWriter(
+            try core.extensionContext(named: definition.name, transaction: transaction))
         writers[definition.name] = writer
         return writer
     }
@@ -100,8 +103,12 @@ final class ExtensionWriters {
 }
 
 extension ConnectionCore {
-    /// The context an extension's code runs in on this connection.
-    func extensionContext(named name: String) throws(DatabaseError) -> ExtensionContext {
-        ExtensionContext(handle: try handle(), name: name) { [unowned self] in self.codec(for: $0) }
+    /// The context an extension's code runs in on this connection, in `transaction`.
+    func extensionContext(named name: String, transaction: ReadTransaction? = nil) throws(DatabaseError)
+        -> ExtensionContext
+    {
+        ExtensionContext(handle: try handle(), name: name, transaction: transaction) { [unowned self] in
+            self.codec(for: $0)
+        }
     }
 }

@@ -35,6 +35,7 @@ public final class ReadWriteTransaction: ReadTransaction {
         shared = SharedState(core: core)
         depth = 0
         super.init(core: core, commit: commit)
+        shared.extensions.transaction = self
     }
 
     /// A savepoint scope nested in whatever scope is innermost now.

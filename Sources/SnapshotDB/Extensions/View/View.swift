@@ -169,14 +169,13 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
         try context.decode(Value.self, data, key: item.key, collection: item.collection)
     }
 
-    /// The value of `item` as the open transaction reads it (decoded once per transaction).
+    /// The value of `item` as the open transaction reads it (decoded once per transaction, and
+    /// kept decoded across transactions by the connection's value cache).
     func value(_ item: ViewItem) throws(DatabaseError) -> Value {
         if let value = decoded[item] { return value }
-        let fetch = try context.handle.statement(.getData)
-        guard let data = try fetch.fetchBlob(item.collection, item.key) else {
+        guard let value = try context.value(Value.self, key: item.key, collection: item.collection) else {
             throw ViewTree.damaged(context.tablePrefix, "\(item) is in the view but has no value")
         }
-        let value = try decode(data, item)
         if decoded.count > 100_000 { decoded.removeAll(keepingCapacity: true) }
         decoded[item] = value
         return value
@@ -253,8 +252,18 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
         let group = order.group(collection, key, value)
         let location = try tree.location(of: item)
         try recordBefore(item, location: location)
-        if let location { try tree.remove(item, group: location.group, leaf: location.leaf) }
         order.forget(item)
+        if let location, location.group == group {
+            // Most updates leave an item between the same neighbours: nothing to move.
+            let stays = try tree.keepsPlace(item, leaf: location.leaf) {
+                (neighbour, isBefore) throws(DatabaseError) in
+                let other = try order.value(neighbour)
+                return isBefore
+                    ? order.less(other, neighbour, value, item) : order.less(value, item, other, neighbour)
+            }
+            if stays { return }
+        }
+        if let location { try tree.remove(item, group: location.group, leaf: location.leaf) }
         guard let group else { return }
         try tree.insert(item, group: group) { (other) throws(DatabaseError) in
             order.less(try order.value(other), other, value, item)

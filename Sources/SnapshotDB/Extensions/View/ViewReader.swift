@@ -12,7 +12,7 @@ extension ReadTransaction {
             throw DatabaseError(.unknownExtension, "no view named '\(name)' is registered")
         }
         try checkInstalled(definition)
-        let context = try core.extensionContext(named: name)
+        let context = try core.extensionContext(named: name, transaction: self)
         return try ViewReader(
             transaction: self, name: name, ranking: definition.ranking(context), context: context)
     }

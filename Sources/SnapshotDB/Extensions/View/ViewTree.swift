@@ -268,6 +268,29 @@ final class ViewTree {
 
     // MARK: Changing the tree
 
+    /// Whether `item`, in `leaf`, would stay where it is with a new value: its neighbours in the
+    /// leaf still come before and after it (`inOrder(neighbour, neighbourIsBefore)`). Answers
+    /// `false` (move it) when a neighbour would be in another leaf, unless the leaf is the
+    /// group's only one.
+    func keepsPlace(
+        _ item: ViewItem, leaf: Int64, inOrder: (ViewItem, Bool) throws(DatabaseError) -> Bool
+    ) throws(DatabaseError) -> Bool {
+        let node = try self.node(leaf)
+        guard let position = node.items.firstIndex(of: item) else { return false }
+        let isOnly = node.parent == 0
+        if position > 0 {
+            guard try inOrder(node.items[position - 1], true) else { return false }
+        } else if !isOnly {
+            return false
+        }
+        if position + 1 < node.items.count {
+            guard try inOrder(node.items[position + 1], false) else { return false }
+        } else if !isOnly {
+            return false
+        }
+        return true
+    }
+
     /// Inserts `item` into `group` at the place `isBefore` (whether an item sorts before the
     /// new one) gives.
     func insert(
@@ -457,26 +480,35 @@ final class ViewTree {
 /// (id, count, first item), integers little-endian, strings length-prefixed UTF-8.
 enum NodeCoding {
     static func encode(_ node: ViewTree.Node) -> Data {
-        var data = Data()
-        data.reserveCapacity(16 + (node.isLeaf ? node.items.count * 24 : node.children.count * 40))
-        data.append(node.isLeaf ? 0 : 1)
-        append(node.parent, to: &data)
+        // One byte buffer, sized once: a node is rewritten on every insert and removal below it.
+        var size = 17
         if node.isLeaf {
-            append(Int64(node.items.count), to: &data)
-            for item in node.items {
-                append(item.collection, to: &data)
-                append(item.key, to: &data)
-            }
+            for item in node.items { size += 16 + item.collection.utf8.count + item.key.utf8.count }
         } else {
-            append(Int64(node.children.count), to: &data)
             for child in node.children {
-                append(child.id, to: &data)
-                append(Int64(child.count), to: &data)
-                append(child.first.collection, to: &data)
-                append(child.first.key, to: &data)
+                size += 32 + child.first.collection.utf8.count + child.first.key.utf8.count
             }
         }
-        return data
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(size)
+        bytes.append(node.isLeaf ? 0 : 1)
+        append(node.parent, to: &bytes)
+        if node.isLeaf {
+            append(Int64(node.items.count), to: &bytes)
+            for item in node.items {
+                append(item.collection, to: &bytes)
+                append(item.key, to: &bytes)
+            }
+        } else {
+            append(Int64(node.children.count), to: &bytes)
+            for child in node.children {
+                append(child.id, to: &bytes)
+                append(Int64(child.count), to: &bytes)
+                append(child.first.collection, to: &bytes)
+                append(child.first.key, to: &bytes)
+            }
+        }
+        return Data(bytes)
     }
 
     static func decode(_ data: Data, id: Int64) -> ViewTree.Node? {
@@ -502,14 +534,17 @@ enum NodeCoding {
         return node
     }
 
-    private static func append(_ value: Int64, to data: inout Data) {
-        withUnsafeBytes(of: value.littleEndian) { data.append(contentsOf: $0) }
+    private static func append(_ value: Int64, to bytes: inout [UInt8]) {
+        var value = UInt64(bitPattern: value)
+        for _ in 0..<8 {
+            bytes.append(UInt8(truncatingIfNeeded: value))
+            value >>= 8
+        }
     }
 
-    private static func append(_ string: String, to data: inout Data) {
-        let utf8 = Array(string.utf8)
-        append(Int64(utf8.count), to: &data)
-        data.append(contentsOf: utf8)
+    private static func append(_ string: String, to bytes: inout [UInt8]) {
+        append(Int64(string.utf8.count), to: &bytes)
+        bytes.append(contentsOf: string.utf8)
     }
 
     private struct Reader {
