@@ -9,9 +9,14 @@ struct DemoTests {
             let result = try Tool.run("demo", directory.path)
             #expect(result.status == 0, "demo failed: \(result.standardError)")
             let output = result.standardOutput
-            // The bookmarked reader jumped exactly the three commits made while it held on.
-            #expect(output.contains("ui advances to commit 203 and gets 3 changesets"))
-            #expect(output.contains(#"commit 202 by writer-2, removed items["1-1", "1-2"]"#))
+            // The bookmarked reader jumped exactly the three commits made while it held on (the
+            // view's registration was commit 1).
+            #expect(output.contains("ui advances to commit 204 and gets 3 changesets"))
+            #expect(output.contains(#"commit 203 by writer-2, removed items["1-1", "1-2"]"#))
+            // The view's row changes for that advance: two deletions at old indexes, one update.
+            #expect(output.contains("delete(items/1-2, at: under 50[5])"))
+            #expect(output.contains("delete(items/1-1, at: under 50[3])"))
+            #expect(output.contains("update(items/0-1, at: under 50[2])"))
             // The checkpoint monitor's warning names the laggard, and only it.
             let warnings = output.split(separator: "\n").filter {
                 $0.contains("warning snapshotdb.checkpoint")
