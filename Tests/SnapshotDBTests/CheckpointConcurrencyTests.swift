@@ -75,15 +75,15 @@ struct CheckpointConcurrencyTests {
             if let error = failure.withLock({ $0 }) { throw error }
             db.waitForCheckpoints()
             let reseats = db.checkpointer.state.withLock { $0.reseatedBookmarks }
-            print(
-                "concurrent bookmark: \(reads) reads, \(advances) advances, \(reseats) re-takes by the "
-                    + "checkpointer, largest WAL \(largestWAL) bytes")
+            let measured =
+                "\(reads) reads, \(advances) advances, \(reseats) re-takes by the checkpointer, "
+                + "largest WAL \(largestWAL) bytes"
             // 32 pages is 132 KiB; 1,500 commits write ~14 MiB of WAL. A ui that keeps up lets
             // the WAL be reset along the way (by re-taking its bookmark) whenever a checkpoint
             // finds it at the newest commit: 2 to 6.5 MiB seen with this writer, which commits
             // back to back (a bookmark a few commits behind pins the WAL in between).
-            #expect(largestWAL < 10 << 20)
-            #expect(db.latestCommit == base + UInt64(commits))
+            #expect(largestWAL < 10 << 20, "\(measured)")
+            #expect(db.latestCommit == base + UInt64(commits), "\(measured)")
             #expect(
                 try ui.read { try $0.value(forKey: "counter", inCollection: "state", as: Int.self) }
                     == Int(bookmark - base))

@@ -48,7 +48,6 @@ struct CheckpointTests {
             #expect(largestFile <= 6 * 64 * frame, "largest -wal file: \(largestFile) bytes")
             #expect(!status.isStalled)
             #expect(status.laggingSnapshots.isEmpty)
-            print("WAL bound without laggard: \(largestInUse) bytes in use, \(largestFile) bytes on disk")
         }
     }
 
@@ -152,7 +151,6 @@ struct CheckpointTests {
                     db.waitForCheckpoints()
                 }
                 #expect(largest <= 1 << 20, "largest -wal file while keeping up: \(largest) bytes")
-                print("WAL bound with a bookmark advancing after every 10 commits: \(largest) bytes on disk")
                 return events
             }
         }
