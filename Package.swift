@@ -34,7 +34,12 @@ let package = Package(
             dependencies: ["CSQLite"]
         ),
         .target(
+            name: "SnapshotDBLocking",
+            swiftSettings: strictSettings
+        ),
+        .target(
             name: "SnapshotDBInspection",
+            dependencies: ["SnapshotDBLocking"],
             swiftSettings: strictSettings
         ),
         .target(
@@ -43,6 +48,7 @@ let package = Package(
                 "CSQLite",
                 "CSnapshotDBVFS",
                 "SnapshotDBInspection",
+                "SnapshotDBLocking",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
@@ -52,6 +58,7 @@ let package = Package(
             name: "snapshotdb",
             dependencies: [
                 "CSQLite",
+                "SnapshotDBLocking",
                 "SnapshotDB",
                 "SnapshotDBInspection",
                 .product(name: "Logging", package: "swift-log"),
@@ -63,6 +70,7 @@ let package = Package(
             name: "snapshotdb-stress",
             dependencies: [
                 "SnapshotDB",
+                "SnapshotDBLocking",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -77,6 +85,7 @@ let package = Package(
             name: "SnapshotDBTests",
             dependencies: [
                 "SnapshotDB",
+                "SnapshotDBLocking",
                 "SnapshotDBTestSupport",
                 "CSQLite",
                 .product(name: "Logging", package: "swift-log"),
