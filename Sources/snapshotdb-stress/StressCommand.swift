@@ -14,6 +14,6 @@ struct StressCommand: ParsableCommand {
             processes are killed with SIGKILL and their databases checked. Exits 0 only when \
             every invariant held.
             """,
-        subcommands: [RunCommand.self, CrashChildCommand.self],
+        subcommands: [RunCommand.self, CrashChildCommand.self, PowerLossWorkloadCommand.self, PowerLossCheckCommand.self],
         defaultSubcommand: RunCommand.self)
 }

@@ -1,0 +1,75 @@
+internal import ArgumentParser
+internal import Foundation
+internal import SnapshotDB
+
+/// The workload of the power-loss test (`Scripts/powerloss.sh`), run under a tracer that records
+/// every write and sync: creates a database, makes one-key commits with small checkpoint steps
+/// (so automatic WAL resets and a TRUNCATE checkpoint happen), and writes `ack N` to the marks
+/// file after each commit returned.
+struct PowerLossWorkloadCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "power-loss-workload", abstract: "The traced workload of the power-loss test.",
+        shouldDisplay: false)
+
+    @Option(help: "The database to create.")
+    var db: String
+
+    @Option(help: "Where to write the acknowledgements.")
+    var marks: String
+
+    @Option(help: "How many commits.")
+    var commits = 120
+
+    @Option(help: "full or normal.")
+    var synchronous = "full"
+
+    func run() throws {
+        var configuration = Configuration()
+        configuration.synchronous = synchronous == "normal" ? .normal : .full
+        configuration.checkpointThresholdPages = 8
+        configuration.journalSizeLimit = 16 << 10
+        let database = try Database(path: db, configuration: configuration)
+        let writer = database.newConnection(name: "writer")
+        let acknowledgements = try FileHandle(forWritingTo: URL(fileURLWithPath: marks))
+        for commit in 1...commits {
+            try writer.readWrite { txn in
+                try txn.setData(Data(repeating: UInt8(commit % 251), count: 600), forKey: "k\(commit)", inCollection: "c")
+            }
+            try acknowledgements.write(contentsOf: Data("ack \(commit)\n".utf8))
+            if commit == commits / 2 { try database.checkpoint(.truncate) }
+        }
+        try database.close()
+    }
+}
+
+/// Checks one replayed crash state with the library: it must open, and its commit counter must
+/// equal the number of values (each commit added one key). Prints `ok COMMIT KEYS` or `bad WHY`.
+struct PowerLossCheckCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "power-loss-check", abstract: "Check a replayed crash state with the library.",
+        shouldDisplay: false)
+
+    @Option(help: "The database of the crash state.")
+    var db: String
+
+    func run() throws {
+        do {
+            let database = try Database(path: db)
+            let (keys, counter) = try database.newConnection(name: "check").read { txn in
+                (try txn.keys(inCollection: "c"), txn.commit)
+            }
+            let numbers = keys.compactMap { Int($0.dropFirst()) }.sorted()
+            guard numbers == Array(1...max(1, numbers.count)).prefix(numbers.count).map({ $0 }) else {
+                print("bad keys are not 1...\(numbers.count): \(numbers.prefix(10))")
+                return
+            }
+            guard counter == UInt64(numbers.count) else {
+                print("bad commit counter \(counter) with \(numbers.count) keys")
+                return
+            }
+            print("ok \(counter) \(numbers.count)")
+        } catch {
+            print("bad \(error)")
+        }
+    }
+}

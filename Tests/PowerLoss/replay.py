@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Builds the states a power cut could leave from a trace (Tests/PowerLoss/trace.c) and checks each.
+
+The model, as in ALICE and CrashMonkey: a file's writes and truncations are durable once a sync of
+that file returned; later ones persist in any subset, each one whole, not at all, or torn at
+512-byte sectors (any subset of its sectors). Directory operations (create, link, rename, unlink) persist in order.
+
+    replay.py TRACE --kind snapshotdb|sqlite --sync full|normal --states N --seed S
+              --checker CMD  [--ignore-syncs]
+
+Each state is written to a fresh directory and checked with the stock sqlite3 shell
+(PRAGMA integrity_check), and with the library (`--checker`, `snapshotdb-stress power-loss-check`)
+or Python's sqlite3 module. With `--sync full`, every commit acknowledged before the crash point
+must be in the state. `--ignore-syncs` is the negative control: syncs are not honoured, so
+violations must be found. Prints one summary line, `powerloss: K states, V violations`, and the
+first violations; exits 1 when there are violations (0 with --ignore-syncs only if there are some).
+"""
+import argparse, os, random, shutil, sqlite3, struct, subprocess, sys, tempfile
+
+SECTOR = 512
+
+
+def read_trace(path):
+    data = open(path, 'rb').read()
+    ops, i = [], 0
+    while i < len(data):
+        op = chr(data[i])
+        (length,) = struct.unpack_from('<I', data, i + 1)
+        name = data[i + 5:i + 5 + length].decode()
+        offset, count = struct.unpack_from('<qq', data, i + 5 + length)
+        i += 5 + length + 16
+        payload = b''
+        if op in 'WM':
+            payload = data[i:i + count]
+            i += count
+        ops.append((op, name, offset, count, payload))
+    return ops
+
+
+class File:
+    def __init__(self):
+        self.durable = bytearray()
+        self.pending = []  # ('W', offset, bytes) or ('T', size)
+
+    def sync(self):
+        self.durable = apply(self.durable, self.pending, None)
+        self.pending = []
+
+
+def apply(content, ops, random_source):
+    content = bytearray(content)
+    for op in ops:
+        if op[0] == 'T':
+            if random_source is None or random_source.random() < 0.5:
+                del content[op[1]:]
+            continue
+        _, offset, data = op
+        # A write that was not synced persists whole, not at all, or torn: any subset of its
+        # sectors (each choice a third of the time).
+        choice = 1 if random_source is None else random_source.randrange(3)
+        if choice == 0:
+            continue
+        for start in range(0, len(data), SECTOR):
+            if choice == 2 and random_source.random() < 0.5:
+                continue
+            chunk = data[start:start + SECTOR]
+            at = offset + start
+            if len(content) < at:
+                content.extend(b'\0' * (at - len(content)))
+            content[at:at + len(chunk)] = chunk
+    return content
+
+
+def build(ops, point, random_source, ignore_syncs):
+    files, names, acked = {}, {}, 0
+    index = 0
+    while index <= point:
+        op, name, offset, count, payload = ops[index]
+        if op == 'M':
+            for line in payload.decode().split('\n'):
+                if line:
+                    acked = max(acked, int(line.split()[1]))
+        elif op == 'C':
+            if name not in names:
+                names[name] = File()
+            elif offset == 1:
+                names[name].pending.append(('T', 0))
+        elif op in 'LR':
+            if index + 1 < len(ops):
+                target = ops[index + 1][1]
+                if name in names:
+                    names[target] = names[name]
+                    if op == 'R':
+                        del names[name]
+                index += 1
+        elif op == 'U':
+            names.pop(name, None)
+        elif op == 'W':
+            names.setdefault(name, File()).pending.append(('W', offset, payload))
+        elif op == 'T':
+            names.setdefault(name, File()).pending.append(('T', offset))
+        elif op == 'S' and not ignore_syncs:
+            if name in names:
+                names[name].sync()
+        index += 1
+    state = {}
+    for name, file in names.items():
+        state[name] = bytes(apply(file.durable, file.pending, random_source))
+    return state, acked
+
+
+def check(state, directory, database, kind, checker, acked, durable):
+    for name in os.listdir(directory):
+        os.unlink(os.path.join(directory, name))
+    for name, content in state.items():
+        with open(os.path.join(directory, os.path.basename(name)), 'wb') as handle:
+            handle.write(content)
+    path = os.path.join(directory, os.path.basename(database))
+    if not os.path.exists(path):
+        return None if acked == 0 or not durable else f'database missing after {acked} acknowledged commits'
+    integrity = subprocess.run(['sqlite3', path, 'PRAGMA integrity_check'], capture_output=True, text=True)
+    if integrity.stdout.strip() not in ('ok', '') and 'not a database' not in integrity.stderr:
+        return f'integrity_check: {integrity.stdout.strip()[:200]} {integrity.stderr.strip()[:200]}'
+    if kind == 'snapshotdb':
+        result = subprocess.run(checker + ['--db', path], capture_output=True, text=True)
+        line = (result.stdout.strip().splitlines() or ['bad no output: ' + result.stderr[-300:]])[-1]
+        if not line.startswith('ok'):
+            if 'notADatabase' in line and acked == 0:
+                return None
+            return f'library: {line[:300]}'
+        commits = int(line.split()[1])
+    else:
+        try:
+            connection = sqlite3.connect(path)
+            rows = connection.execute('SELECT n FROM t ORDER BY n').fetchall()
+            connection.close()
+        except sqlite3.OperationalError as error:
+            if 'no such table' not in str(error):
+                return f'python sqlite3: {error}'
+            rows = []  # the commit that created the table was lost (allowed unless durable)
+        except sqlite3.DatabaseError as error:
+            if acked == 0:
+                return None
+            return f'python sqlite3: {error}'
+        numbers = [row[0] for row in rows]
+        if numbers != list(range(1, len(numbers) + 1)):
+            return f'rows are not 1...{len(numbers)}'
+        commits = len(numbers)
+    if durable and commits < acked:
+        return f'{acked} commits acknowledged, {commits} in the state'
+    return None
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument('trace')
+    parser.add_argument('--database', required=True)
+    parser.add_argument('--kind', choices=['snapshotdb', 'sqlite'], required=True)
+    parser.add_argument('--sync', choices=['full', 'normal'], required=True)
+    parser.add_argument('--states', type=int, default=100)
+    parser.add_argument('--seed', type=int, default=1)
+    parser.add_argument('--checker', default='')
+    parser.add_argument('--ignore-syncs', action='store_true')
+    parser.add_argument('--label', default='')
+    arguments = parser.parse_args()
+    ops = read_trace(arguments.trace)
+    random_source = random.Random(arguments.seed)
+    # Crash points: spread over the trace, plus every point right after a truncation or a new
+    # WAL header (where ordering matters most).
+    interesting = []
+    for start, op in enumerate(ops):
+        if op[0] == 'T' or (op[0] == 'W' and op[2] == 0):
+            # Every point from there to the sync of that file (at most 40 ops): the window in
+            # which a truncation and a new header may still be lost.
+            for index in range(start, min(len(ops), start + 40)):
+                interesting.append(index)
+                if ops[index][0] == 'S' and ops[index][1] == op[1]:
+                    break
+    points = sorted(set(random_source.sample(range(len(ops)), min(len(ops), arguments.states)) + interesting))
+    directory = tempfile.mkdtemp(prefix='powerloss-')
+    violations = []
+    try:
+        for point in points:
+            state, acked = build(ops, point, random_source, arguments.ignore_syncs)
+            problem = check(state, directory, arguments.database, arguments.kind, arguments.checker.split(),
+                            acked, arguments.sync == 'full')
+            if problem:
+                violations.append(f'after op {point} ({ops[point][0]} {os.path.basename(ops[point][1])}): {problem}')
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    print(f'powerloss {arguments.label}: {len(points)} states, {len(violations)} violations')
+    for violation in violations[:5]:
+        print('  ' + violation)
+    if arguments.ignore_syncs:
+        sys.exit(0 if violations else 1)
+    sys.exit(1 if violations else 0)
+
+
+if __name__ == '__main__':
+    main()
