@@ -34,7 +34,9 @@ public final class TSanVisibleMutex<Value: ~Copyable>: @unchecked Sendable {
     }
 
     /// Runs `body` with exclusive access to the value.
-    public func withLock<Result: ~Copyable, E: Error>(_ body: (inout sending Value) throws(E) -> sending Result) throws(E)
+    public func withLock<Result: ~Copyable, E: Error>(
+        _ body: (inout sending Value) throws(E) -> sending Result
+    ) throws(E)
         -> sending Result
     {
         pthread_mutex_lock(mutex)

@@ -14,6 +14,9 @@ struct StressCommand: ParsableCommand {
             processes are killed with SIGKILL and their databases checked. Exits 0 only when \
             every invariant held.
             """,
-        subcommands: [RunCommand.self, CrashChildCommand.self, PowerLossWorkloadCommand.self, PowerLossCheckCommand.self],
+        subcommands: [
+            RunCommand.self, CrashChildCommand.self, PowerLossWorkloadCommand.self,
+            PowerLossCheckCommand.self,
+        ],
         defaultSubcommand: RunCommand.self)
 }

@@ -1,4 +1,5 @@
-import ArgumentParser
+public import ArgumentParser
+public import SnapshotDB
 import SnapshotDBInspection
 
 /// `snapshotdb checkpoint FILE --mode M`: the one subcommand that changes the files.
@@ -19,11 +20,11 @@ struct Checkpoint: ParsableCommand {
         help: ArgumentHelp(
             "The checkpoint mode.",
             discussion: """
-                passive: copy what no reader needs, never wait. full: wait for the writer, then \
-                copy everything. restart: full, then wait for readers so the next writer restarts \
-                the WAL. truncate: restart, then truncate the -wal to 0 bytes.
+                passive (the default, as in SQLite): copy what no reader needs, never wait. full: \
+                wait for the writer, then copy everything. restart: full, then wait for readers so \
+                the next writer restarts the WAL. truncate: restart, then truncate the -wal to 0 bytes.
                 """))
-    var mode: CheckpointMode
+    var mode: CheckpointMode = .passive
 
     @Option(
         name: .customLong("busy-timeout"),
@@ -65,12 +66,16 @@ struct Checkpoint: ParsableCommand {
     }
 }
 
-/// The checkpoint modes of `sqlite3_wal_checkpoint_v2`.
-enum CheckpointMode: String, CaseIterable, ExpressibleByArgument, Encodable, Sendable {
-    case passive
-    case full
-    case restart
-    case truncate
+// The checkpoint modes are the library's (`SnapshotDB.CheckpointMode`), named on the command line
+// by their raw values.
+extension CheckpointMode: ExpressibleByArgument {}
+
+extension CheckpointMode: Encodable {
+    /// The mode's name, as on the command line.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
 }
 
 /// What `sqlite3_wal_checkpoint_v2` answered.
@@ -100,7 +105,11 @@ struct CheckpointResult: Encodable, Sendable {
             return "checkpoint \(mode.rawValue): journal_mode is \(journalMode), not wal; nothing to do"
         }
         let outcome = isBusy ? "busy (SQLITE_BUSY: could not complete)" : "done"
+        let copied =
+            logFrames <= 0
+            ? "; the WAL was empty, nothing to copy"
+            : checkpointedFrames <= 0 ? "; nothing could be copied (readers hold every frame)" : ""
         return "checkpoint \(mode.rawValue): \(outcome); log frames \(Format.count(logFrames)), "
-            + "checkpointed frames \(Format.count(checkpointedFrames))"
+            + "checkpointed frames \(Format.count(checkpointedFrames))\(copied)"
     }
 }

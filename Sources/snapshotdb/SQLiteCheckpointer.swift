@@ -1,4 +1,5 @@
 import CSQLite
+import SnapshotDB
 
 /// A SQLite failure while checkpointing: the result code and SQLite's message.
 struct SQLiteFailure: Error {

@@ -72,9 +72,18 @@ struct JSONAndExitCodeTests {
                 try Tool.run("watch", path, "--count", "2", "--interval", "0.05", "--warn-lag-frames", "6")
                     .status == 0)
 
+            // Without --mode the checkpoint is PASSIVE, as SQLite's is.
+            let passive = try Tool.run("checkpoint", path, "--json")
+            #expect(passive.status == 0)
+            let mode =
+                try JSONSerialization.jsonObject(with: Data(passive.standardOutput.utf8)) as? [String: Any]
+            #expect(mode?["mode"] as? String == "passive", "\(passive.standardOutput)")
             // After a checkpoint nothing lags.
             #expect(try Tool.run("checkpoint", path, "--mode", "full").status == 0)
             #expect(try Tool.run("inspect", path, "--warn-lag-frames", "0").status == 0)
+            // A second one has nothing left to copy, and says so.
+            let again = try Tool.run("checkpoint", path, "--mode", "truncate")
+            #expect(again.standardOutput.contains("nothing"), "\(again.standardOutput)")
         }
     }
 

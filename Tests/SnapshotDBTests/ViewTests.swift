@@ -271,3 +271,50 @@ struct ViewTests {
         }
     }
 }
+
+/// A filtered view lists the parent's items that pass its filter, in the parent's order, and is
+/// filtered again, in a commit of its own, when registered with a new version.
+@Suite("Filtered views")
+struct FilteredViewTests {
+    @Test func aFilteredViewFollowsItsParentAndItsFilterCanChange() throws {
+        try withTemporaryDatabase { db throws in
+            let short = FilteredView(name: "short", parent: ViewTests.byTitle, version: "1") { _, _, note in
+                note.title.count <= 2
+            }
+            try db.register(short)
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try writer.readWrite { txn in
+                for (key, title) in [("a", "zz"), ("b", "long title"), ("c", "aa"), ("d", "m")] {
+                    try txn.set(
+                        Note(title: title, folder: "inbox", archived: key == "d"), forKey: key,
+                        inCollection: "notes")
+                }
+            }
+            try ui.beginLongLivedReadTransaction()
+            #expect(
+                try ui.read { try $0.view(named: "short").items(inGroup: "inbox").map(\.key) } == ["c", "a"])
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "ab", folder: "inbox", archived: false), forKey: "b", inCollection: "notes")
+            }
+            var changes = try ui.beginLongLivedReadTransaction()
+            let rows = try ui.read { try $0.view(named: "short").changes(for: changes) }
+            #expect(
+                rows == [
+                    .insert(ViewItem(collection: "notes", key: "b"), at: ViewIndex(group: "inbox", index: 1))
+                ])
+            // A new filter: every title longer than one character.
+            let longer = FilteredView(name: "short", parent: ViewTests.byTitle, version: "2") { _, _, note in
+                note.title.count > 1
+            }
+            try db.register(longer)
+            changes = try ui.beginLongLivedReadTransaction()
+            try ui.read { txn throws in
+                let view = try txn.view(named: "short")
+                #expect(view.requiresReload(for: changes))
+                #expect(view.items(inGroup: "inbox").map(\.key) == ["c", "b", "a"])
+            }
+        }
+    }
+}

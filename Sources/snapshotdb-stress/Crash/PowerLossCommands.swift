@@ -33,7 +33,8 @@ struct PowerLossWorkloadCommand: ParsableCommand {
         let acknowledgements = try FileHandle(forWritingTo: URL(fileURLWithPath: marks))
         for commit in 1...commits {
             try writer.readWrite { txn in
-                try txn.setData(Data(repeating: UInt8(commit % 251), count: 600), forKey: "k\(commit)", inCollection: "c")
+                try txn.setData(
+                    Data(repeating: UInt8(commit % 251), count: 600), forKey: "k\(commit)", inCollection: "c")
             }
             try acknowledgements.write(contentsOf: Data("ack \(commit)\n".utf8))
             if commit == commits / 2 { try database.checkpoint(.truncate) }
