@@ -5,13 +5,18 @@
 # reported as a race. Exits non-zero on the first report (halt_on_error).
 #   Scripts/tsan.sh                 # suites + 25 s of stress
 #   Scripts/tsan.sh --duration 60   # longer stress
+#   Scripts/tsan.sh --suites-only   # what CI runs
 # Under TSan everything runs 10-30 times slower, so the stress run has two writers and two
 # readers: with more, bookmarks lag so far behind that the WAL-bound checks (timing invariants,
 # not races) fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=25
-if [ "${1:-}" = "--duration" ]; then duration="$2"; fi
+suitesOnly=0
+case "${1:-}" in
+  --duration) duration="$2" ;;
+  --suites-only) suitesOnly=1 ;;
+esac
 flags=(--sanitize=thread --scratch-path .build-tsan -Xswiftc -DSNAPSHOTDB_TSAN)
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 suites='CheckpointConcurrencyTests|LongLivedReadTests|WriterContractTests|ViewTests|TransactionTests|MisuseTests|ChangeSummaryTests|LifecycleTests|BusyTests'
@@ -19,6 +24,7 @@ echo "tsan: building (a separate scratch path, .build-tsan)" >&2
 swift build --build-tests "${flags[@]}" >&2
 echo "tsan: concurrency suites" >&2
 swift test --skip-build "${flags[@]}" --filter "$suites"
+[ "$suitesOnly" -eq 1 ] && exit 0
 echo "tsan: stress for ${duration} s (crash rounds off: their children are killed on purpose)" >&2
 bin="$(swift build "${flags[@]}" --show-bin-path)"
 "$bin/snapshotdb-stress" --duration "$duration" --writers 2 --readers 2 --no-crash-rounds
