@@ -83,7 +83,7 @@ struct Demo: ParsableCommand {
         print("   3 commits later ui still reads commit \(ui.snapshot): \(still) items")
         let changes = try ui.beginLongLivedReadTransaction()
         print("   ui advances to commit \(ui.snapshot) and gets \(changes.count) changesets:")
-        for changeset in changes { print("     " + describe(changeset)) }
+        for changeset in changes { print("     \(changeset)") }
         print(
             "   hasChange(forKey: \"0-1\", inCollection: \"items\") = \(changes.hasChange(forKey: "0-1", inCollection: "items"))"
         )
@@ -155,21 +155,6 @@ struct Demo: ParsableCommand {
     }
 
     private func section(_ title: String) { print("\n== \(title)") }
-
-    private func describe(_ changeset: Changeset) -> String {
-        var parts = ["commit \(changeset.commit) by \(changeset.connectionName ?? "another process")"]
-        for (collection, keys) in changeset.setKeys.sorted(by: { $0.key < $1.key }) {
-            parts.append("set \(collection)\(keys.sorted())")
-        }
-        for (collection, keys) in changeset.removedKeys.sorted(by: { $0.key < $1.key }) {
-            parts.append("removed \(collection)\(keys.sorted())")
-        }
-        if !changeset.clearedCollections.isEmpty {
-            parts.append("cleared \(changeset.clearedCollections.sorted())")
-        }
-        if !changeset.info.isEmpty { parts.append("info \(changeset.info)") }
-        return parts.joined(separator: ", ")
-    }
 
     /// Runs `snapshotdb inspect` as a separate process: inspecting in this process would be
     /// safe with the in-process options, but the point is to show the outside view.

@@ -12,7 +12,7 @@ struct DemoTests {
             // The bookmarked reader jumped exactly the three commits made while it held on (the
             // view's registration was commit 1).
             #expect(output.contains("ui advances to commit 204 and gets 3 changesets"))
-            #expect(output.contains(#"commit 203 by writer-2, removed items["1-1", "1-2"]"#))
+            #expect(output.contains(#"commit 203 by writer-2; removed items["1-1", "1-2"]"#))
             // The view's row changes for that advance: two deletions at old indexes, one update.
             #expect(output.contains("delete(items/1-2, at: under 50[5])"))
             #expect(output.contains("delete(items/1-1, at: under 50[3])"))

@@ -93,3 +93,37 @@ struct ChangeSummaryTests {
         }
     }
 }
+
+/// Readable descriptions, for logs and debugging.
+@Suite("Descriptions")
+struct DescriptionTests {
+    @Test func changesetsNameTheirCommitWriterAndKeys() {
+        let changeset = Changeset(
+            commit: 12, setKeys: ["items": ["b", "a"]], removedKeys: ["items": ["c"]],
+            clearedCollections: ["drafts"],
+            connectionName: "sync", info: ["source": "sync"])
+        #expect(
+            changeset.description
+                == #"commit 12 by sync; set items["a", "b"]; removed items["c"]; cleared ["drafts"]; info ["source=sync"]"#
+        )
+        let many = Changeset(commit: 3, setKeys: ["c": Set((0..<25).map { "k\($0)" })], connectionName: "w")
+        #expect(many.description.hasSuffix(", and 15 more]"))
+        #expect(many.description.count < 200)
+        #expect(Changeset(commit: 9, isExternal: true).description.contains("outside this database"))
+    }
+
+    @Test func checkpointStatusNamesWhoPinsTheWAL() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try writer.readWrite { try $0.set(Item(title: "a"), forKey: "a", inCollection: "c") }
+            try ui.beginLongLivedReadTransaction()
+            try writer.readWrite { try $0.set(Item(title: "b"), forKey: "b", inCollection: "c") }
+            let status = db.checkpointStatus()
+            #expect(status.description.contains("at commit 2"))
+            #expect(status.description.contains("connection 'ui' (bookmark at commit 1, 1 commits behind"))
+            let pin = try #require(status.laggingSnapshots.first)
+            #expect(pin.description.hasPrefix("connection 'ui' (bookmark at commit 1"))
+        }
+    }
+}
