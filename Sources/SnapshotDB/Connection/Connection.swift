@@ -208,6 +208,11 @@ public final class Connection: Sendable {
         try serialized { try $0.beginLongLivedReadTransaction() }
     }
 
+    /// ``beginLongLivedReadTransaction()`` run through the `async` path (see ``advance()``).
+    func serializedAdvance() async throws -> [Changeset] {
+        try await serializedAsync { core, _ in try core.beginLongLivedReadTransaction() }
+    }
+
     /// Releases the bookmark, if any; later reads see the newest commit again.
     public func endLongLivedReadTransaction() throws {
         try serialized { try $0.endLongLivedReadTransaction() }

@@ -122,6 +122,17 @@ public final class ReadWriteTransaction: ReadTransaction {
         shared.changes.recordSet(key, in: collection)
     }
 
+    /// Reports `key` in `collection` as changed in this commit's changeset without rewriting its
+    /// value (YapDatabase's `touch`): connections and observers that watch it reload it, and views
+    /// report its row as updated. Does nothing when there is no value under the key.
+    public func touch(forKey key: String, inCollection collection: String) throws(DatabaseError) {
+        try checkActive()
+        try checkNotEnumerating(collection)
+        guard let data = try core.handle().statement(.getData).fetchBlob(collection, key) else { return }
+        try shared.extensions.willSet(data, forKey: key, inCollection: collection)
+        shared.changes.recordSet(key, in: collection)
+    }
+
     /// Removes the value under `key` in `collection`; removing an absent key changes nothing.
     public func removeValue(forKey key: String, inCollection collection: String) throws(DatabaseError) {
         try checkActive()

@@ -1,0 +1,94 @@
+import Foundation
+import Testing
+
+@testable import SnapshotDB
+
+/// Observing a key or a collection, `touch`, and the async advance.
+@Suite("Observation")
+struct ObservationTests {
+    @Test func observingAKeyYieldsTheCurrentValueThenEachChange() async throws {
+        try await withTemporaryDatabase { db in
+            let writer = db.newConnection(name: "writer")
+            try await writer.readWrite { try $0.set(Item(title: "first"), forKey: "k", inCollection: "c") }
+            var values = db.observe(forKey: "k", inCollection: "c", as: Item.self).makeAsyncIterator()
+            #expect(try await values.next() == Item(title: "first"))
+            // Another key, and the same bytes again: nothing to yield. Then a real change.
+            try await writer.readWrite {
+                try $0.set(Item(title: "other"), forKey: "other", inCollection: "c")
+            }
+            try await writer.readWrite { try $0.set(Item(title: "first"), forKey: "k", inCollection: "c") }
+            try await writer.readWrite { try $0.set(Item(title: "second"), forKey: "k", inCollection: "c") }
+            #expect(try await values.next() == Item(title: "second"))
+            // A foreign client's write is seen too (numbered by the next transaction of this process).
+            _ = try sqlite3(
+                db.path,
+                #"UPDATE snapshotdb_values SET data = '{"title":"shell","count":0}' WHERE collection = 'c' AND key = 'k';"#
+            )
+            try await writer.readWrite {
+                try $0.set(Item(title: "x"), forKey: "unrelated", inCollection: "d")
+            }
+            #expect(try await values.next() == Item(title: "shell"))
+            try await writer.readWrite { try $0.removeValue(forKey: "k", inCollection: "c") }
+            #expect(try await values.next() == .some(nil))
+            try db.close()
+            #expect(try await values.next() == nil, "closing the database ends the sequence")
+        }
+    }
+
+    @Test func observingACollectionYieldsItsValuesByKey() async throws {
+        try await withTemporaryDatabase { db in
+            let writer = db.newConnection(name: "writer")
+            var snapshots = db.observe(collection: "c", as: Item.self).makeAsyncIterator()
+            #expect(try await snapshots.next() == [:])
+            try await writer.readWrite { txn in
+                try txn.set(Item(title: "a"), forKey: "a", inCollection: "c")
+                try txn.set(Item(title: "b"), forKey: "b", inCollection: "c")
+            }
+            #expect(try await snapshots.next() == ["a": Item(title: "a"), "b": Item(title: "b")])
+            try await writer.readWrite { try $0.removeValue(forKey: "a", inCollection: "c") }
+            #expect(try await snapshots.next() == ["b": Item(title: "b")])
+        }
+    }
+
+    @Test func touchReportsAKeyWithoutRewritingIt() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try writer.readWrite {
+                try $0.set(
+                    Note(title: "t", folder: "inbox", archived: false), forKey: "n", inCollection: "notes")
+            }
+            try ui.beginLongLivedReadTransaction()
+            try writer.readWrite { txn in
+                try txn.touch(forKey: "n", inCollection: "notes")
+                try txn.touch(forKey: "absent", inCollection: "notes")
+            }
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(changes.count == 1)
+            #expect(changes.hasChange(forKey: "n", inCollection: "notes"))
+            #expect(!changes.hasChange(forKey: "absent", inCollection: "notes"))
+            let rows = try ui.read { try $0.view(named: "byTitle").changes(for: changes) }
+            #expect(
+                rows == [
+                    .update(ViewItem(collection: "notes", key: "n"), at: ViewIndex(group: "inbox", index: 0))
+                ])
+            // Touching nothing that exists makes no commit.
+            let before = db.latestCommit
+            try writer.readWrite { try $0.touch(forKey: "absent", inCollection: "notes") }
+            #expect(db.latestCommit == before)
+        }
+    }
+
+    @Test func theAsyncAdvanceReturnsTheJumpedCommits() async throws {
+        try await withTemporaryDatabase { db in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            #expect(try await ui.advance() == [])
+            try await writer.readWrite { try $0.set(Item(title: "a"), forKey: "a", inCollection: "c") }
+            let changes = try await ui.advance()
+            #expect(changes.map(\.commit) == [1])
+            #expect(ui.isInLongLivedReadTransaction)
+        }
+    }
+}
