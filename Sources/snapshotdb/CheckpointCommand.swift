@@ -51,14 +51,14 @@ struct Checkpoint: ParsableCommand {
                 }
             }
         } catch {
-            Output.error(error.description)
+            Output.error(error.description, json: json)
             throw ExitCode(2)
         }
         let result: CheckpointResult
         do {
             result = try outcome.get()
         } catch {
-            Output.error("\(database.file): \(error.message)")
+            Output.error("\(database.file): \(error.message)", json: json)
             throw ExitCode(2)
         }
         Output.write(json ? try Output.json(result) + "\n" : result.text + "\n")

@@ -20,7 +20,7 @@ struct Inspect: ParsableCommand {
 
     func run() throws {
         let inspection = try Inspection.run(
-            file: database.file, frames: output.frames, thresholds: thresholds.thresholds)
+            file: database.file, frames: output.frames, thresholds: thresholds.thresholds, json: output.json)
         Output.write(try inspection.formatted(json: output.json, compactJSON: false))
         if !inspection.health.isHealthy { throw ExitCode(1) }
     }
@@ -34,7 +34,9 @@ struct Inspection {
 
     /// Inspects `file` as a separate process; on an ``InspectionError`` prints one line on
     /// standard error and throws exit code 2.
-    static func run(file: String, frames: Bool, thresholds: HealthThresholds) throws -> Inspection {
+    static func run(file: String, frames: Bool, thresholds: HealthThresholds, json: Bool = false) throws
+        -> Inspection
+    {
         var options = InspectionOptions.separateProcess
         options.includesFrames = frames
         do {
@@ -45,7 +47,7 @@ struct Inspection {
             return Inspection(
                 report: report, health: Health(report: report, thresholds: thresholds), generatedAt: Date())
         } catch {
-            Output.error(error.description)
+            Output.error(error.description, json: json)
             throw ExitCode(2)
         }
     }

@@ -8,10 +8,21 @@ enum Output {
         FileHandle.standardOutput.write(Data(text.utf8))
     }
 
-    /// Prints `snapshotdb: message` as one line on standard error.
-    static func error(_ message: String) {
+    /// Prints `snapshotdb: message` as one line on standard error; with `json`, also
+    /// `{"error": message, "exitCode": code}` on standard output, so that a script reading JSON
+    /// gets JSON whatever happened.
+    static func error(_ message: String, json: Bool = false, exitCode: Int32 = 2) {
         let line = message.split(whereSeparator: \.isNewline).joined(separator: " ")
         FileHandle.standardError.write(Data("snapshotdb: \(line)\n".utf8))
+        if json, let document = try? Output.json(JSONError(error: line, exitCode: exitCode), compact: true) {
+            write(document + "\n")
+        }
+    }
+
+    /// The JSON document of a failure.
+    private struct JSONError: Encodable {
+        var error: String
+        var exitCode: Int32
     }
 
     /// The JSON encoding of `value`: sorted keys, pretty-printed unless `compact` (one line).
@@ -43,6 +54,6 @@ struct InspectOutput: Encodable {
         try report.encode(to: encoder)
         var container = encoder.container(keyedBy: ExtraKeys.self)
         try container.encode(health, forKey: .health)
-        try container.encode(generatedAt.timeIntervalSince1970, forKey: .generatedAt)
+        try container.encode(ISO8601DateFormatter().string(from: generatedAt), forKey: .generatedAt)
     }
 }

@@ -117,7 +117,12 @@ struct ReadOnlyTests {
             ] {
                 let result = try Tool.run(arguments)
                 #expect(result.status == 2, "\(arguments)")
-                #expect(result.standardOutput.isEmpty)
+                // With --json the failure is also a JSON document on standard output.
+                if arguments.contains("--json") {
+                    #expect(result.standardOutput.hasPrefix(#"{"error":"#), "\(result.standardOutput)")
+                } else {
+                    #expect(result.standardOutput.isEmpty)
+                }
                 let lines = result.standardError.split(separator: "\n", omittingEmptySubsequences: false)
                 #expect(lines.count == 2 && lines[1].isEmpty, "not one line: \(result.standardError)")
                 #expect(result.standardError.hasPrefix("snapshotdb: "))
