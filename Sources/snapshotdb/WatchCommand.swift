@@ -43,7 +43,8 @@ struct Watch: ParsableCommand {
         while true {
             refresh += 1
             let inspection = try Inspection.run(
-                file: database.file, frames: output.frames, thresholds: thresholds.thresholds, json: output.json)
+                file: database.file, frames: output.frames, thresholds: thresholds.thresholds,
+                json: output.json)
             exceeded = exceeded || !inspection.health.isHealthy
             var text = try inspection.formatted(json: output.json, compactJSON: true)
             if !output.json {

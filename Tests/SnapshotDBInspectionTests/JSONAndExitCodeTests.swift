@@ -109,7 +109,9 @@ struct JSONAndExitCodeTests {
             // With --json, the failure is a JSON document on standard output too.
             let refusedJSON = try Tool.run("inspect", text, "--json")
             #expect(refusedJSON.status == 2)
-            let failure = try JSONSerialization.jsonObject(with: Data(refusedJSON.standardOutput.utf8)) as? [String: Any]
+            let failure =
+                try JSONSerialization.jsonObject(with: Data(refusedJSON.standardOutput.utf8))
+                as? [String: Any]
             #expect((failure?["error"] as? String)?.contains("not a SQLite database") == true)
             #expect(failure?["exitCode"] as? Int == 2)
             #expect(refused.standardError.contains("not a SQLite database"))

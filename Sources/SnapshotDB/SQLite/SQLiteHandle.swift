@@ -101,6 +101,8 @@ final class SQLiteHandle {
     /// their own), prepared once with `SQLITE_PREPARE_PERSISTENT` and kept for the handle's life.
     func cachedStatement(_ sql: String) throws(DatabaseError) -> SQLiteStatement {
         if let cached = dynamicStatements[sql] { return cached }
+        // Queries built from an app's fragments may be many: keep the cache bounded.
+        if dynamicStatements.count >= 256 { dynamicStatements = dynamicStatements.filter { $0.value.isBusy } }
         let statement = try SQLiteStatement(handle: self, sql: sql, persistent: true)
         dynamicStatements[sql] = statement
         return statement

@@ -187,6 +187,9 @@ final class SQLiteStatement {
         try check(sqlite3_bind_null(statement, index), "bind null")
     }
 
+    /// How many parameters the statement has (`sqlite3_bind_parameter_count`).
+    var parameterCount: Int { Int(sqlite3_bind_parameter_count(statement)) }
+
     /// Column `index` of the current row as a double.
     func double(at index: Int32) -> Double { sqlite3_column_double(statement, index) }
 

@@ -1,0 +1,262 @@
+internal import Foundation
+
+/// A full-text index (SQLite's FTS5) of text extracted from the values of some collections,
+/// updated by every commit and searched at a transaction's snapshot, ranked by relevance (bm25).
+///
+/// ```swift
+/// let search = FullTextSearch<Note>(name: "notes", version: "1", collections: ["notes"],
+///     columns: ["title", "body"], extract: { _, _, note in ["title": note.title, "body": note.body] })
+/// try db.register(search)
+/// let hits = try ui.read { try $0.search(named: "notes").keys(matching: "swift NEAR/5 sqlite", limit: 50) }
+/// let snippets = try ui.read { try $0.search(named: "notes").snippets(matching: "swift", column: "body") }
+/// ```
+///
+/// Queries use FTS5's syntax (words, `"phrases"`, `prefix*`, `AND`/`OR`/`NOT`, `NEAR(a b, 5)`,
+/// `column:`); FTS4's `a NEAR/5 b` is accepted too and rewritten as `NEAR(a b, 5)`. A query
+/// that is not valid FTS5 syntax throws `invalidQuery`. The text lives in an FTS5 table
+/// in the same file (`snapshotdb_ext_<name>_fts`) with a map from each item to its row.
+public struct FullTextSearch<Value: Decodable & Sendable>: ExtensionDefinition {
+    /// The name the index is registered and searched under.
+    public let name: String
+    /// The index's version (with its columns): registering another version rebuilds it.
+    public let version: String
+    /// The collections whose values it indexes; `nil` for every collection.
+    public let collections: Set<String>?
+    /// The text columns.
+    public let columns: [String]
+    let extract: @Sendable (_ collection: String, _ key: String, _ value: Value) -> [String: String]
+
+    /// A full-text index named `name` of `columns` extracted from the values of `collections`.
+    /// A value for which `extract` returns nothing is not in the index.
+    public init(
+        name: String, version: String, collections: Set<String>? = nil, columns: [String],
+        extract: @escaping @Sendable (_ collection: String, _ key: String, _ value: Value) -> [String: String]
+    ) {
+        self.name = name
+        self.version = version + "/" + columns.joined(separator: ",")
+        self.collections = collections
+        self.columns = columns
+        self.extract = extract
+    }
+
+    var kind: String { "search" }
+
+    func createTables(_ context: ExtensionContext) throws(DatabaseError) {
+        try IndexTable.checkColumns(columns.map { .text($0) })
+        let prefix = context.tablePrefix
+        let names = columns.map { "\"\($0)\"" }.joined(separator: ", ")
+        try context.handle.execute(
+            """
+            CREATE VIRTUAL TABLE \(prefix)fts USING fts5(\(names));
+            CREATE TABLE \(prefix)map(id INTEGER PRIMARY KEY, collection TEXT NOT NULL, key TEXT NOT NULL);
+            CREATE UNIQUE INDEX \(prefix)map_item ON \(prefix)map(collection, key);
+            """)
+    }
+
+    func makeWriter(_ context: ExtensionContext) -> any ExtensionWriter {
+        SearchWriter(context: context, search: self)
+    }
+}
+
+/// Keeps one full-text index up to date during a read-write transaction.
+final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
+    private let context: ExtensionContext
+    private let search: FullTextSearch<Value>
+    private let prefix: String
+
+    init(context: ExtensionContext, search: FullTextSearch<Value>) {
+        self.context = context
+        self.search = search
+        self.prefix = context.tablePrefix
+    }
+
+    private func store(_ data: Data, key: String, collection: String) throws(DatabaseError) {
+        let value = try context.decode(Value.self, data, key: key, collection: collection)
+        let texts = search.extract(collection, key, value)
+        try willRemove(forKey: key, inCollection: collection)
+        guard !texts.isEmpty else { return }
+        let map = try context.handle.cachedStatement(
+            "INSERT INTO \(prefix)map(collection, key) VALUES (?1, ?2)")
+        try map.bind(collection, at: 1)
+        try map.bind(key, at: 2)
+        try map.execute()
+        let id = context.handle.lastInsertRowID
+        let names = search.columns.map { "\"\($0)\"" }.joined(separator: ", ")
+        let parameters = search.columns.indices.map { "?\($0 + 2)" }.joined(separator: ", ")
+        let insert = try context.handle.cachedStatement(
+            "INSERT INTO \(prefix)fts(rowid, \(names)) VALUES (?1, \(parameters))")
+        try insert.bind(id, at: 1)
+        for (offset, column) in search.columns.enumerated() {
+            try insert.bind(texts[column] ?? "", at: Int32(offset + 2))
+        }
+        try insert.execute()
+    }
+
+    func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError) {
+        try store(data, key: key, collection: collection)
+    }
+
+    func willRemove(forKey key: String, inCollection collection: String) throws(DatabaseError) {
+        let find = try context.handle.cachedStatement(
+            "SELECT id FROM \(prefix)map WHERE collection = ?1 AND key = ?2")
+        try find.bind(collection, at: 1)
+        try find.bind(key, at: 2)
+        let id = try find.step() ? find.int64(at: 0) : nil
+        find.reset()
+        guard let id else { return }
+        for sql in ["DELETE FROM \(prefix)fts WHERE rowid = ?1", "DELETE FROM \(prefix)map WHERE id = ?1"] {
+            let delete = try context.handle.cachedStatement(sql)
+            try delete.bind(id, at: 1)
+            try delete.execute()
+        }
+    }
+
+    func willRemoveAll(inCollection collection: String) throws(DatabaseError) {
+        let delete = try context.handle.cachedStatement(
+            "DELETE FROM \(prefix)fts WHERE rowid IN (SELECT id FROM \(prefix)map WHERE collection = ?1)")
+        try delete.bind(collection, at: 1)
+        try delete.execute()
+        let forget = try context.handle.cachedStatement("DELETE FROM \(prefix)map WHERE collection = ?1")
+        try forget.bind(collection, at: 1)
+        try forget.execute()
+    }
+
+    func willRemoveAllCollections() throws(DatabaseError) {
+        try context.handle.execute("DELETE FROM \(prefix)fts; DELETE FROM \(prefix)map;")
+    }
+
+    func rebuild() throws(DatabaseError) {
+        try willRemoveAllCollections()
+        try context.forEachValue(inCollections: search.collections) {
+            (collection, key, data) throws(DatabaseError) in
+            try store(data, key: key, collection: collection)
+        }
+    }
+
+    func finish() throws(DatabaseError) -> (any Sendable)? { nil }
+}
+
+/// A search hit with a snippet of the matching text.
+public struct SearchSnippet: Hashable, Sendable {
+    /// The item whose text matched.
+    public let item: ViewItem
+    /// The text around the match, with matches between `[` and `]`.
+    public let text: String
+}
+
+extension ReadTransaction {
+    /// The full-text index registered as `name`, searched at this transaction's commit.
+    ///
+    /// - Throws: `unknownExtension` when no full-text index of that name is registered, or this
+    ///   snapshot predates it.
+    public func search(named name: String) throws(DatabaseError) -> SearchReader {
+        guard let definition = core.database.extensionDefinition(named: name), definition.kind == "search",
+            let columns = (definition as? any SearchDefinition)?.searchColumns
+        else {
+            throw DatabaseError(.unknownExtension, "no full-text index named '\(name)' is registered")
+        }
+        try checkInstalled(definition)
+        return SearchReader(transaction: self, prefix: ExtensionContext.tablePrefix(name), columns: columns)
+    }
+}
+
+/// What ``ReadTransaction/search(named:)`` needs of a full-text index, whatever its value type.
+protocol SearchDefinition: ExtensionDefinition {
+    var searchColumns: [String] { get }
+}
+
+extension FullTextSearch: SearchDefinition {
+    var searchColumns: [String] { columns }
+}
+
+/// A full-text index read at one transaction's commit.
+public struct SearchReader {
+    let transaction: ReadTransaction
+    let prefix: String
+    let columns: [String]
+
+    /// The items matching `query` (FTS5 syntax), most relevant first (bm25), at most `limit`.
+    ///
+    /// - Throws: `invalidQuery` for a query that is not valid FTS5 syntax.
+    public func keys(matching query: String, limit: Int = 100) throws(DatabaseError) -> [ViewItem] {
+        try rows(
+            "SELECT m.collection, m.key FROM \(prefix)fts JOIN \(prefix)map m ON m.id = \(prefix)fts.rowid "
+                + "WHERE \(prefix)fts MATCH ?1 ORDER BY bm25(\(prefix)fts) LIMIT ?2", query: query,
+            limit: limit
+        ) { statement in ViewItem(collection: statement.string(at: 0), key: statement.string(at: 1)) }
+    }
+
+    /// The items matching `query`, most relevant first, each with a snippet of `column` around
+    /// the match (matches between `[` and `]`).
+    ///
+    /// - Throws: `invalidQuery` for a query that is not valid FTS5 syntax, or a column the index
+    ///   does not have.
+    public func snippets(matching query: String, column: String, limit: Int = 100) throws(DatabaseError)
+        -> [SearchSnippet]
+    {
+        guard let index = columns.firstIndex(of: column) else {
+            throw DatabaseError(
+                .invalidQuery, "the full-text index has no column '\(column)' (it has \(columns))")
+        }
+        return try rows(
+            "SELECT m.collection, m.key, snippet(\(prefix)fts, \(index), '[', ']', '…', 12) FROM \(prefix)fts "
+                + "JOIN \(prefix)map m ON m.id = \(prefix)fts.rowid WHERE \(prefix)fts MATCH ?1 "
+                + "ORDER BY bm25(\(prefix)fts) LIMIT ?2", query: query, limit: limit
+        ) { statement in
+            SearchSnippet(
+                item: ViewItem(collection: statement.string(at: 0), key: statement.string(at: 1)),
+                text: statement.string(at: 2))
+        }
+    }
+
+    /// `query` with FTS4's proximity syntax, `a NEAR/5 b` (and `a NEAR b`, within 10 tokens),
+    /// rewritten as FTS5's `NEAR(a b, 5)`; FTS5 syntax passes through unchanged.
+    static func fts5(_ query: String) -> String {
+        var words = query.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+        var index = 1
+        while index + 1 < words.count {
+            let word = words[index]
+            let distance: Int?
+            if word == "NEAR" {
+                distance = 10
+            } else if word.hasPrefix("NEAR/"), let number = Int(word.dropFirst(5)) {
+                distance = number
+            } else {
+                distance = nil
+            }
+            if let distance, !words[index - 1].hasSuffix(")"), !words[index + 1].hasPrefix("(") {
+                words.replaceSubrange(
+                    index - 1...index + 1,
+                    with: ["NEAR(\(words[index - 1]) \(words[index + 1]), \(distance))"])
+            } else {
+                index += 1
+            }
+        }
+        return words.joined(separator: " ")
+    }
+
+    private func rows<T>(
+        _ sql: String, query: String, limit: Int, _ row: (SQLiteStatement) -> T
+    ) throws(DatabaseError) -> [T] {
+        try transaction.checkActive()
+        let statement = try transaction.core.handle().cachedStatement(sql)
+        defer { statement.reset() }
+        try statement.bind(Self.fts5(query), at: 1)
+        try statement.bind(Int64(max(0, limit)), at: 2)
+        var results: [T] = []
+        do {
+            while try statement.step() { results.append(row(statement)) }
+        } catch {
+            // FTS5 reports a malformed query as SQLITE_ERROR ("fts5: syntax error near ...").
+            guard error.code == .sqlite, error.message.contains("fts5") || error.message.contains("syntax")
+            else {
+                throw error
+            }
+            throw DatabaseError(
+                .invalidQuery,
+                "the search \(query.debugDescription) is not a valid FTS5 query: \(error.message)",
+                sqliteCode: error.sqliteCode, cause: error)
+        }
+        return results
+    }
+}

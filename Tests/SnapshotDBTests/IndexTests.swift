@@ -1,0 +1,181 @@
+import Foundation
+import Testing
+
+@testable import SnapshotDB
+
+struct Person: Codable, Sendable, Equatable {
+    var city: String
+    var age: Int
+    var score: Double?
+}
+
+struct Article: Codable, Sendable {
+    var title: String
+    var body: String
+}
+
+/// Secondary indexes and full-text search, kept by every commit and queried at a snapshot.
+@Suite("Secondary indexes and full-text search")
+struct IndexTests {
+    static let people = SecondaryIndex<Person>(
+        name: "people", version: "1", collections: ["people"],
+        columns: [.text("city"), .integer("age"), .real("score")],
+        extract: { _, _, person in
+            var columns: [String: IndexValue] = ["city": .text(person.city), "age": .integer(person.age)]
+            if let score = person.score { columns["score"] = .real(score) }
+            return columns
+        })
+
+    @Test func queriesSeeTheTransactionsCommit() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.people)
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try writer.readWrite { txn in
+                try txn.set(Person(city: "Oslo", age: 30, score: 1.5), forKey: "ada", inCollection: "people")
+                try txn.set(Person(city: "Oslo", age: 41, score: nil), forKey: "bo", inCollection: "people")
+                try txn.set(Person(city: "Bergen", age: 35, score: 2.5), forKey: "cy", inCollection: "people")
+                try txn.set(Person(city: "Oslo", age: 17, score: nil), forKey: "di", inCollection: "people")
+            }
+            try ui.beginLongLivedReadTransaction()
+            try writer.readWrite { try $0.removeValue(forKey: "bo", inCollection: "people") }
+            try ui.read { txn throws in
+                let index = try txn.index(named: "people")
+                let keys = try index.keys(
+                    where: "city = ? AND age >= ?", ["Oslo", 30], orderBy: "age DESC", limit: 20)
+                #expect(keys.map(\.key) == ["bo", "ada"], "the bookmark still sees bo")
+                #expect(try index.count(where: "age < ?", [18]) == 1)
+                #expect(try index.count(where: "score IS NULL") == 2)
+                #expect(try index.keys(where: "age > ?", [0], orderBy: "age", limit: 1).map(\.key) == ["di"])
+                let plan = try index.explain(where: "city = ?", orderBy: "city")
+                #expect(plan.contains("INDEX"), "\(plan)")
+            }
+            try ui.beginLongLivedReadTransaction()
+            #expect(try ui.read { try $0.index(named: "people").count(where: "city = ?", ["Oslo"]) } == 2)
+        }
+    }
+
+    @Test(arguments: [
+        "1; DROP TABLE snapshotdb_values", "key = ?", "x IN (SELECT key FROM snapshotdb_values)",
+        "city = ? -- and the rest", "age > 1 /* comment */", "random() > 0", "age >",
+    ])
+    func hostileFragmentsAreRefusedAndChangeNothing(_ fragment: String) throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.people)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite {
+                try $0.set(Person(city: "Oslo", age: 30), forKey: "ada", inCollection: "people")
+            }
+            let before = db.latestCommit
+            try writer.read { txn throws in
+                expectError(.invalidQuery) { try txn.index(named: "people").keys(where: fragment, ["x"]) }
+                expectError(.invalidQuery) {
+                    try txn.index(named: "people").keys(where: "age > ?", [1], orderBy: fragment)
+                }
+            }
+            #expect(db.latestCommit == before)
+            #expect(try writer.read { try $0.count(inCollection: "people") } == 1)
+            expectError(.invalidQuery) {
+                try writer.read { try $0.index(named: "people").count(where: "age > ?", [1, 2]) }
+            }
+        }
+    }
+
+    /// Random commits; after each, every query equals a brute-force filter of the values at the
+    /// same snapshot, also for a bookmark held across several commits.
+    @Test(arguments: [11, 12]) func queriesEqualABruteForceFilter(seed: UInt64) throws {
+        var random = SeededGenerator(state: seed)
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.people)
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            let cities = ["Oslo", "Bergen", "Tromsø"]
+            try ui.beginLongLivedReadTransaction()
+            for round in 0..<40 {
+                try writer.readWrite { txn in
+                    for _ in 0..<Int.random(in: 1...5, using: &random) {
+                        let key = "p\(Int.random(in: 0..<30, using: &random))"
+                        if Int.random(in: 0..<4, using: &random) == 0 {
+                            try txn.removeValue(forKey: key, inCollection: "people")
+                        } else {
+                            try txn.set(
+                                Person(
+                                    city: cities.randomElement(using: &random)!,
+                                    age: Int.random(in: 10..<70, using: &random),
+                                    score: nil), forKey: key, inCollection: "people")
+                        }
+                    }
+                    if round == 25 { try txn.removeAll(inCollection: "people") }
+                }
+                if round % 3 == 0 { try ui.beginLongLivedReadTransaction() }
+                try ui.read { txn throws in
+                    let people = try txn.values(inCollection: "people", as: Person.self)
+                    let index = try txn.index(named: "people")
+                    let matching = people.filter { $0.value.city == "Oslo" && $0.value.age >= 40 }
+                    let found = try index.keys(where: "city = ? AND age >= ?", ["Oslo", 40], orderBy: "age")
+                    #expect(Set(found.map(\.key)) == Set(matching.map(\.key)), "seed \(seed) round \(round)")
+                    let ages = Dictionary(uniqueKeysWithValues: matching.map { ($0.key, $0.value.age) })
+                    let foundAges = found.compactMap { ages[$0.key] }
+                    #expect(foundAges == foundAges.sorted(), "ordered by age")
+                    #expect(
+                        try index.count(where: "age < ?", [30]) == people.filter { $0.value.age < 30 }.count)
+                }
+            }
+        }
+    }
+
+    @Test func aNewVersionRebuildsTheIndex() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite {
+                try $0.set(Person(city: "Oslo", age: 30), forKey: "ada", inCollection: "people")
+            }
+            try db.register(Self.people)
+            let byAge = SecondaryIndex<Person>(
+                name: "people", version: "2", collections: ["people"], columns: [.integer("decade")],
+                extract: { _, _, person in ["decade": .integer(person.age / 10)] })
+            try db.register(byAge)
+            #expect(
+                try writer.read { try $0.index(named: "people").keys(where: "decade = ?", [3]).map(\.key) }
+                    == ["ada"])
+        }
+    }
+
+    static let articles = FullTextSearch<Article>(
+        name: "articles", version: "1", collections: ["articles"], columns: ["title", "body"],
+        extract: { _, _, article in ["title": article.title, "body": article.body] })
+
+    @Test func fullTextSearchRanksSnippetsAndRefusesBadQueries() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.articles)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                try txn.set(
+                    Article(title: "Swift and SQLite", body: "Using SQLite from Swift with snapshots"),
+                    forKey: "a", inCollection: "articles")
+                try txn.set(
+                    Article(title: "Gardening", body: "Tomatoes like the sun; swift birds do not"),
+                    forKey: "b", inCollection: "articles")
+                try txn.set(
+                    Article(title: "Other", body: "nothing here"), forKey: "c", inCollection: "articles")
+            }
+            try writer.read { txn throws in
+                let search = try txn.search(named: "articles")
+                #expect(try search.keys(matching: "swift").map(\.key) == ["a", "b"])
+                #expect(try search.keys(matching: "swift NEAR/5 sqlite").map(\.key) == ["a"])
+                let snippets = try search.snippets(matching: "tomatoes", column: "body")
+                #expect(snippets.first?.item.key == "b")
+                #expect(snippets.first?.text.contains("[Tomatoes]") == true)
+                expectError(.invalidQuery) { try search.keys(matching: "swift AND (") }
+                expectError(.invalidQuery) { try search.snippets(matching: "swift", column: "nope") }
+            }
+            try writer.readWrite { txn in
+                try txn.removeValue(forKey: "a", inCollection: "articles")
+                try txn.set(Article(title: "Swift", body: "again"), forKey: "c", inCollection: "articles")
+            }
+            #expect(
+                try writer.read { try $0.search(named: "articles").keys(matching: "swift").map(\.key) }
+                    .sorted() == ["b", "c"])
+        }
+    }
+}
