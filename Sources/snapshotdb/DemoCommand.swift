@@ -38,6 +38,12 @@ struct Demo: ParsableCommand {
         var logger = Logger(label: "snapshotdb.checkpoint") { StreamLogHandler.standardOutput(label: $0) }
         logger.logLevel = .info
         configuration.checkpointLogger = logger
+        print("Database: \(path)")
+        print(
+            isTemporary
+                ? "   (in a temporary directory, removed at the end; `snapshotdb demo DIR` keeps the files)"
+                : "   (kept after the demo)")
+        print("Source of this demo: Sources/snapshotdb/DemoCommand.swift in the SnapshotDB package")
         let db = try Database(path: path, configuration: configuration)
         // A view: the items in two groups by price, sorted by price; kept by every commit.
         try db.register(

@@ -9,6 +9,10 @@ struct DemoTests {
             let result = try Tool.run("demo", directory.path)
             #expect(result.status == 0, "demo failed: \(result.standardError)")
             let output = result.standardOutput
+            // It says where its files are, where its source is, and that they are kept.
+            #expect(output.contains("Database: \(directory.appendingPathComponent("demo.sqlite").path)"))
+            #expect(output.contains("(kept after the demo)"))
+            #expect(output.contains("Sources/snapshotdb/DemoCommand.swift"))
             // The bookmarked reader jumped exactly the three commits made while it held on (the
             // view's registration was commit 1).
             #expect(output.contains("ui advances to commit 204 and gets 3 changesets"))

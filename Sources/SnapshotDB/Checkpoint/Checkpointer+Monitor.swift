@@ -121,10 +121,8 @@ extension Checkpointer {
             let names = Self.culpritNames(culprits, status.externalReaders)
             logger.warning(
                 "\(Self.warningText(status, culprits: names))",
-                metadata: [
-                    "wal_bytes": "\(status.walBytes)",
-                    "culprits": .array(names.map { .string($0) }),
-                ])
+                // The culprits are named once, in the message.
+                metadata: ["wal_bytes": "\(status.walBytes)", "culprit_count": "\(names.count)"])
         }
         if verdict.allClear {
             logger.notice(
@@ -210,9 +208,12 @@ extension Checkpointer {
         return "\(size): pinned by \(culpritList(culprits))"
     }
 
-    /// Culprit descriptions joined, or a note that none is known.
+    /// Culprit descriptions joined (the first three, then how many more: a log line stays
+    /// short), or a note that none is known.
     static func culpritList(_ names: [String]) -> String {
-        names.isEmpty ? "a reader that could not be identified" : names.joined(separator: "; ")
+        guard !names.isEmpty else { return "a reader that could not be identified" }
+        let shown = names.prefix(3).joined(separator: "; ")
+        return names.count > 3 ? shown + "; and \(names.count - 3) more" : shown
     }
 
     /// One description per snapshot and per reader of another process.

@@ -81,7 +81,8 @@ final class Checkpointer: Sendable {
         self.metrics = CheckpointMetrics(
             label: configuration.metricsLabel ?? path, factory: configuration.metricsFactory)
         var logger = configuration.checkpointLogger
-        logger[metadataKey: "snapshotdb.path"] = .string(path)
+        // Metadata keys are snake_case throughout (`snapshotdb_path`, `wal_bytes`, ...).
+        logger[metadataKey: "snapshotdb_path"] = .string(path)
         self.logger = logger
         queue.setSpecific(key: Self.queueKey, value: ObjectIdentifier(self))
     }
