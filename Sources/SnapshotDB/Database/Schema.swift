@@ -23,15 +23,17 @@ enum Schema {
     /// `'SnDB'`, stored in the header's application id field.
     static let applicationID: Int32 = 0x536E_4442
     /// The schema version this library writes and reads.
-    static let currentVersion: Int64 = 1
+    static let currentVersion: Int64 = 2
 
-    static let createVersion1 = """
+    /// The current schema, for a new file. Version 2 added `snapshotdb_values.metadata`.
+    static let createCurrent = """
         CREATE TABLE snapshotdb_meta(name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
         INSERT INTO snapshotdb_meta(name, value) VALUES ('commit', 0), ('external', 0), ('external_sealed', 0);
         CREATE TABLE snapshotdb_values(
             collection TEXT NOT NULL,
             key TEXT NOT NULL,
             data BLOB NOT NULL,
+            metadata BLOB,
             PRIMARY KEY (collection, key)
         ) WITHOUT ROWID;
         CREATE TRIGGER snapshotdb_external_insert AFTER INSERT ON snapshotdb_values BEGIN
@@ -44,8 +46,15 @@ enum Schema {
             UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
         END;
         PRAGMA application_id = \(applicationID);
-        PRAGMA user_version = 1;
+        PRAGMA user_version = 2;
         """
+
+    /// The explicit migrations, by the version they start from: each runs in one transaction
+    /// and sets the next version.
+    static let migrations: [Int64: String] = [
+        // Version 2: metadata beside each value (`ReadWriteTransaction.setMetadata`).
+        1: "ALTER TABLE snapshotdb_values ADD COLUMN metadata BLOB; PRAGMA user_version = 2;"
+    ]
 
     /// What the first 100 bytes of an existing file say, read before SQLite touches the file.
     enum FileState {
@@ -120,7 +129,7 @@ enum Schema {
             guard tables == 0 else {
                 throw DatabaseError(.notADatabase, "\(path) is a SQLite database of another application")
             }
-            try handle.execute("BEGIN IMMEDIATE; \(createVersion1) COMMIT;")
+            try handle.execute("BEGIN IMMEDIATE; \(createCurrent) COMMIT;")
         } else if applicationID != Int64(Schema.applicationID) {
             throw DatabaseError(.notADatabase, "\(path) is a SQLite database of another application")
         }
@@ -131,8 +140,20 @@ enum Schema {
                 "\(path) has SnapshotDB schema version \(version); this library reads up to \(currentVersion)"
             )
         }
-        // Future versions migrate here, one explicit step per version, inside a transaction.
         try checkIntact(handle, path: path)
+        // Migrations write, so they run only once the checks proved the file readable. A file
+        // that cannot be written (a read-only file system) stays at its version: everything but
+        // metadata works on it.
+        var migrated = version
+        while let step = migrations[migrated], migrated < currentVersion {
+            do {
+                try handle.execute("BEGIN IMMEDIATE; \(step) COMMIT;")
+            } catch  where error.code == .readOnly {
+                try? handle.rollback()
+                break
+            }
+            migrated += 1
+        }
         let mode = try handle.string("PRAGMA journal_mode = WAL")
         guard mode?.lowercased() == "wal" else {
             throw DatabaseError(

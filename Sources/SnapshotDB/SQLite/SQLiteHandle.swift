@@ -244,6 +244,9 @@ enum SQL: Int, CaseIterable {
     case collections
     case enumerate
     case enumerateAll
+    case getMetadata
+    case setMetadata
+    case upsertWithMetadata
     case begin
     case beginImmediate
     case commit
@@ -288,6 +291,14 @@ enum SQL: Int, CaseIterable {
             return "SELECT key, data FROM snapshotdb_values WHERE collection = ?1 ORDER BY key"
         case .enumerateAll:
             return "SELECT collection, key, data FROM snapshotdb_values ORDER BY collection, key"
+        case .getMetadata: return "SELECT metadata FROM snapshotdb_values WHERE collection = ?1 AND key = ?2"
+        case .setMetadata:
+            return "UPDATE snapshotdb_values SET metadata = ?3 WHERE collection = ?1 AND key = ?2"
+        case .upsertWithMetadata:
+            return """
+                INSERT INTO snapshotdb_values(collection, key, data, metadata) VALUES (?1, ?2, ?3, ?4)
+                ON CONFLICT(collection, key) DO UPDATE SET data = excluded.data, metadata = excluded.metadata
+                """
         case .begin: return "BEGIN DEFERRED"
         case .beginImmediate: return "BEGIN IMMEDIATE"
         case .commit: return "COMMIT"

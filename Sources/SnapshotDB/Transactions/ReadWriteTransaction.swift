@@ -93,16 +93,25 @@ public final class ReadWriteTransaction: ReadTransaction {
             try removeValue(forKey: key, inCollection: collection)
             return
         }
-        let data: Data
+        try storeData(
+            try encode(value, key: key, collection: collection), forKey: key, inCollection: collection)
+    }
+
+    /// `value` encoded with the collection's codec.
+    func encode<T: Encodable>(_ value: T, key: String, collection: String) throws(DatabaseError) -> Data {
         do {
-            data = try core.codec(for: collection).encode(value)
+            return try core.codec(for: collection).encode(value)
         } catch {
             throw DatabaseError(
                 .encodingFailed,
                 "cannot encode \(T.self) for key '\(key)' in collection '\(collection)': \(error)",
                 collection: collection, key: key, typeName: String(describing: T.self), cause: error)
         }
-        try storeData(data, forKey: key, inCollection: collection)
+    }
+
+    /// Records that the metadata of `key` changed (a change of the key in the changeset).
+    func recordMetadataChange(forKey key: String, inCollection collection: String) {
+        shared.changes.recordSet(key, in: collection)
     }
 
     /// Stores raw bytes under `key` in `collection`, bypassing the codec.
@@ -113,12 +122,24 @@ public final class ReadWriteTransaction: ReadTransaction {
         try storeData(data, forKey: key, inCollection: collection)
     }
 
-    private func storeData(_ data: Data, forKey key: String, inCollection collection: String)
+    /// Stores `data` under `key`; with `metadata` (`.some(nil)` clears it) replaces the metadata
+    /// too, else keeps it.
+    func storeData(_ data: Data, forKey key: String, inCollection collection: String, metadata: Data?? = nil)
         throws(DatabaseError)
     {
         try checkNotEnumerating(collection)
         try shared.extensions.willSet(data, forKey: key, inCollection: collection)
-        try core.handle().statement(.upsert).run(collection, key, data)
+        if let metadata {
+            let statement = try core.handle().statement(.upsertWithMetadata)
+            defer { statement.reset() }
+            try statement.bind(collection, at: 1)
+            try statement.bind(key, at: 2)
+            try statement.bind(data, at: 3)
+            if let metadata { try statement.bind(metadata, at: 4) } else { try statement.bindNull(at: 4) }
+            _ = try statement.step()
+        } else {
+            try core.handle().statement(.upsert).run(collection, key, data)
+        }
         shared.changes.recordSet(key, in: collection)
     }
 

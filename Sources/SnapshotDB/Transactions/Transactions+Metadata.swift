@@ -1,0 +1,72 @@
+internal import Foundation
+
+/// Metadata beside each value (YapDatabase's metadata): a small `Codable` value stored with a
+/// value and read or written without decoding or rewriting the value, e.g. a timestamp or a
+/// flag a list shows without loading every document.
+///
+/// Metadata is encoded with the collection's codec. `set(_:forKey:inCollection:)` keeps a
+/// value's metadata; `set(_:forKey:inCollection:metadata:)` replaces both; removing a value
+/// removes its metadata. A metadata change is reported in the commit's changeset as a change
+/// of the key (`hasChange` covers it). Metadata needs schema version 2, to which files are
+/// migrated at open; a version-1 file that cannot be written (a read-only file system) opens,
+/// but its metadata calls fail with SQLite's error.
+extension ReadTransaction {
+    /// The metadata stored beside the value under `key` in `collection`, decoded as `M`; `nil`
+    /// when there is no value or it has no metadata.
+    ///
+    /// - Throws: `decodingFailed` when the metadata is not an `M`.
+    public func metadata<M: Decodable>(
+        forKey key: String, inCollection collection: String, as type: M.Type = M.self
+    )
+        throws(DatabaseError) -> M?
+    {
+        try checkActive()
+        let statement = try core.handle().statement(.getMetadata)
+        defer { statement.reset() }
+        try statement.bind(collection, at: 1)
+        try statement.bind(key, at: 2)
+        guard try statement.step(), !statement.isNull(at: 0) else { return nil }
+        return try decode(M.self, from: statement.data(at: 0), key: key, collection: collection)
+    }
+}
+
+extension ReadWriteTransaction {
+    /// Stores `value` and its `metadata` (replacing both) under `key` in `collection`.
+    ///
+    /// - Throws: `encodingFailed` when the codec refuses either, and what
+    ///   ``set(_:forKey:inCollection:)`` throws.
+    public func set<T: Encodable, M: Encodable>(
+        _ value: T, forKey key: String, inCollection collection: String, metadata: M?
+    ) throws(DatabaseError) {
+        try checkActive()
+        let data = try encode(value, key: key, collection: collection)
+        let metadata = try metadata.map { (metadata) throws(DatabaseError) in
+            try encode(metadata, key: key, collection: collection)
+        }
+        try storeData(data, forKey: key, inCollection: collection, metadata: .some(metadata))
+    }
+
+    /// Replaces the metadata of the value under `key` in `collection` (`nil` removes it) without
+    /// rewriting the value; returns whether there is a value there (without one, nothing is
+    /// stored, as in YapDatabase).
+    @discardableResult
+    public func setMetadata<M: Encodable>(_ metadata: M?, forKey key: String, inCollection collection: String)
+        throws(DatabaseError) -> Bool
+    {
+        try checkActive()
+        let handle = try core.handle()
+        let statement = try handle.statement(.setMetadata)
+        defer { statement.reset() }
+        try statement.bind(collection, at: 1)
+        try statement.bind(key, at: 2)
+        if let metadata {
+            try statement.bind(try encode(metadata, key: key, collection: collection), at: 3)
+        } else {
+            try statement.bindNull(at: 3)
+        }
+        _ = try statement.step()
+        guard handle.changes > 0 else { return false }
+        recordMetadataChange(forKey: key, inCollection: collection)
+        return true
+    }
+}
