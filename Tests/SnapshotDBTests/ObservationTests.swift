@@ -92,3 +92,31 @@ struct ObservationTests {
         }
     }
 }
+
+/// The README's forms compile where users write them: the synchronous calls in synchronous
+/// code, the `async` ones (with `await`) inside `async` functions.
+@Suite("README forms")
+struct ReadmeFormTests {
+    static func synchronousForms(_ ui: Connection, _ writer: Connection) throws -> [Changeset] {
+        try writer.readWrite { try $0.set(Item(title: "a"), forKey: "1", inCollection: "items") }
+        _ = try ui.read { try $0.value(forKey: "1", inCollection: "items", as: Item.self) }
+        return try ui.beginLongLivedReadTransaction()
+    }
+
+    static func asynchronousForms(_ ui: Connection, _ writer: Connection) async throws -> [Changeset] {
+        let item = try await ui.read { try $0.value(forKey: "1", inCollection: "items", as: Item.self) }
+        try await writer.readWrite { try $0.set(Item(title: "b"), forKey: "2", inCollection: "items") }
+        #expect(item == Item(title: "a"))
+        return try await ui.advance()
+    }
+
+    @Test func bothFormsRun() async throws {
+        try await withTemporaryDatabase { db in
+            let ui = db.newConnection(name: "ui")
+            let writer = db.newConnection(name: "writer")
+            #expect(try Self.synchronousForms(ui, writer) == [])
+            let changes = try await Self.asynchronousForms(ui, writer)
+            #expect(changes.map(\.commit) == [2])
+        }
+    }
+}
