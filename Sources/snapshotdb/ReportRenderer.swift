@@ -174,7 +174,10 @@ struct ReportRenderer {
         }
         let frames = Format.plural(pin.framesBehind, "frame")
         let commits = Format.plural(pin.commitFramesBehind, "commit")
-        text += "; \(frames) (\(commits), \(Format.shortBytes(pin.bytesBehind))) behind"
+        // Frames are counted from the slot's read mark, which may be older than the reader's
+        // snapshot (SQLite lets a reader use a slot whose mark is at or before its snapshot), so
+        // they are what the mark pins, and "behind" is kept for the commit counter alone.
+        text += "; pins \(frames) (\(commits), \(Format.shortBytes(pin.bytesBehind))) after its mark"
         if let commit = pin.snapshotCommit {
             text += "; sees commit \(Format.count(commit))"
             if let behind = pin.commitsBehind { text += " (\(Format.count(behind)) behind)" }

@@ -63,7 +63,7 @@ struct ReaderPinTests {
     ///     reader            BEGIN; SELECT (sees frame 6 → slot 1...4, mark 6) ─── holds ──▶
     ///     writer                            commit 4 · commit 5 · close
     ///     tool                                                      inspect · checkpoint
-    @Test("a slot 1...4 reader is named with its mark, frames and commits behind")
+    @Test("a slot 1...4 reader is named with its mark, the frames it pins and the commits behind")
     func walReader() throws {
         try withTemporaryDatabase { path in
             try Python.run(Python.commit, path, "3", "crash")
@@ -107,7 +107,7 @@ struct ReaderPinTests {
             #expect(text.standardOutput.contains("slot \(slot.slot) (mark 6): \(reader.pid) (python3)"))
             #expect(
                 text.standardOutput.contains(
-                    "4 frames (2 commits, 16.1 KiB) behind; sees commit 3 (2 behind)"))
+                    "pins 4 frames (2 commits, 16.1 KiB) after its mark; sees commit 3 (2 behind)"))
 
             // A PASSIVE checkpoint copies what the reader does not need, up to its mark.
             let passive = try Tool.run("checkpoint", path, "--mode", "passive")
