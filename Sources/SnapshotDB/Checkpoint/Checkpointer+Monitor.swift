@@ -118,7 +118,9 @@ extension Checkpointer {
 
         if verdict.warn {
             metrics.countWarning()
-            let names = Self.culpritNames(culprits, status.externalReaders)
+            // The culprit pinning the most first: the one a one-culprit line names.
+            let names = Self.culpritNames(
+                culprits.sorted { $0.pinnedBytes > $1.pinnedBytes }, status.externalReaders)
             logger.warning(
                 "\(Self.warningText(status, culprits: names))",
                 // The culprits are named once, in the message.
@@ -205,15 +207,17 @@ extension Checkpointer {
         let size =
             "the WAL is \(ByteCount(status.walBytes)) (\(status.walFrames) frames, "
             + "\(status.checkpointedFrames) checkpointed) and cannot be checkpointed"
-        return "\(size): pinned by \(culpritList(culprits))"
+        // One culprit (the one pinning the oldest snapshot) keeps the line under about 200
+        // characters; the event and checkpointStatus() carry every one.
+        return "\(size): pinned by \(culpritList(culprits, naming: 1))"
     }
 
-    /// Culprit descriptions joined (the first three, then how many more: a log line stays
-    /// short), or a note that none is known.
-    static func culpritList(_ names: [String]) -> String {
+    /// Culprit descriptions joined (the first `limit`, then how many more), or a note that none
+    /// is known.
+    static func culpritList(_ names: [String], naming limit: Int = 3) -> String {
         guard !names.isEmpty else { return "a reader that could not be identified" }
-        let shown = names.prefix(3).joined(separator: "; ")
-        return names.count > 3 ? shown + "; and \(names.count - 3) more" : shown
+        let shown = names.prefix(limit).joined(separator: "; ")
+        return names.count > limit ? shown + "; and \(names.count - limit) more" : shown
     }
 
     /// One description per snapshot and per reader of another process.
