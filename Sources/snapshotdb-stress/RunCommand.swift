@@ -191,6 +191,9 @@ struct RunCommand: ParsableCommand {
         let audit = try database.newConnection(name: "audit").read { try Bank.audit($0) }
         for problem in audit { violations.record("final audit: \(problem)") }
         if !crashRounds { crashReport.value.integrityChecker = "skipped (--no-crash-rounds)" }
+        // Closed here, not when the last reference happens to be released: the foreign
+        // integrity check that follows must not meet the close's final checkpoint.
+        try database.close()
         return Outcome(
             stats: totals, elapsedSeconds: elapsed, changesReceived: changesReceived,
             peakWALBytes: sampler.peakBytes, laggard: laggardReport.value, checkpointEvents: events.all,
