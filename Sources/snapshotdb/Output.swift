@@ -25,16 +25,10 @@ enum Output {
         var exitCode: Int32
     }
 
-    /// The JSON encoding of `value`: sorted keys, pretty-printed unless `compact` (one line).
+    /// The JSON encoding of `value`: sorted keys, pretty-printed unless `compact` (one line),
+    /// absent facts as `null` (see ``NullPreservingJSON``).
     static func json(_ value: some Encodable, compact: Bool = false) throws -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting =
-            compact
-            ? [.sortedKeys, .withoutEscapingSlashes]
-            : [
-                .sortedKeys, .prettyPrinted, .withoutEscapingSlashes,
-            ]
-        return String(decoding: try encoder.encode(value), as: UTF8.self)
+        try NullPreservingJSON.encode(value, pretty: !compact)
     }
 }
 
