@@ -318,3 +318,65 @@ struct FilteredViewTests {
         }
     }
 }
+
+/// Views large enough for several levels of the tree: splits, removals that empty leaves and
+/// collapse the root, positions answered by climbing parent links.
+@Suite("Views with deep trees")
+struct DeepViewTests {
+    @Test(arguments: [21, 22]) func aDeepViewStaysSortedAndItsRowChangesHold(seed: UInt64) throws {
+        var random = SeededGenerator(state: seed)
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            var previous = try ui.read { ViewTests.rows(try $0.view(named: "byTitle")) }
+            let folders = ["inbox", "work"]
+            for round in 0..<30 {
+                try writer.readWrite { txn in
+                    // Grow to about 3,000 items first, then churn: moves, removals, re-inserts.
+                    let writes = round < 10 ? 300 : 120
+                    for _ in 0..<writes {
+                        let key = "n\(Int.random(in: 0..<3_000, using: &random))"
+                        if round >= 10 && Int.random(in: 0..<3, using: &random) == 0 {
+                            try txn.removeValue(forKey: key, inCollection: "notes")
+                        } else {
+                            let title = String(format: "%05d", Int.random(in: 0..<100_000, using: &random))
+                            try txn.set(
+                                Note(
+                                    title: title, folder: folders.randomElement(using: &random)!,
+                                    archived: false),
+                                forKey: key, inCollection: "notes")
+                        }
+                    }
+                    if round == 25 {
+                        // Most of a group at once: leaves empty, the tree shrinks.
+                        for index in 0..<2_500 {
+                            try txn.removeValue(forKey: "n\(index)", inCollection: "notes")
+                        }
+                    }
+                }
+                let changes = try ui.beginLongLivedReadTransaction()
+                try ui.read { txn throws in
+                    let view = try txn.view(named: "byTitle")
+                    let now = ViewTests.rows(view)
+                    let expected = try ViewTests.expectedRows(txn)
+                    #expect(now == expected, "seed \(seed) round \(round)")
+                    let rows = try view.changes(for: changes)
+                    #expect(ViewRowChange.apply(rows, to: previous) == now, "seed \(seed) round \(round)")
+                    for (group, items) in now {
+                        #expect(view.count(inGroup: group) == items.count)
+                        for _ in 0..<20 {
+                            let index = Int.random(in: 0..<items.count, using: &random)
+                            #expect(view.item(at: index, inGroup: group) == items[index])
+                            #expect(
+                                view.index(ofKey: items[index].key, inCollection: "notes")
+                                    == ViewIndex(group: group, index: index))
+                        }
+                    }
+                    previous = now
+                }
+            }
+        }
+    }
+}
