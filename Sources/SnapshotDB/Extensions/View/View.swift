@@ -262,6 +262,10 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
                     ? order.less(other, neighbour, value, item) : order.less(value, item, other, neighbour)
             }
             if stays { return }
+            let moved = try tree.moveWithinLeaf(item, leaf: location.leaf) { (other) throws(DatabaseError) in
+                order.less(try order.value(other), other, value, item)
+            }
+            if moved { return }
         }
         if let location { try tree.remove(item, group: location.group, leaf: location.leaf) }
         guard let group else { return }

@@ -268,6 +268,42 @@ final class ViewTree {
 
     // MARK: Changing the tree
 
+    /// Moves `item`, in `leaf`, to the place `isBefore` gives when that place is strictly inside
+    /// the same leaf: no count changes, so only the leaf is written, and its ancestors' first
+    /// items when the leaf's first item changed. Returns `false` and changes nothing otherwise
+    /// (at either end of a leaf the place may be in a neighbouring one).
+    func moveWithinLeaf(
+        _ item: ViewItem, leaf: Int64, isBefore: (ViewItem) throws(DatabaseError) -> Bool
+    ) throws(DatabaseError) -> Bool {
+        var node = try self.node(leaf)
+        guard let from = node.items.firstIndex(of: item) else { return false }
+        var others = node.items
+        others.remove(at: from)
+        guard !others.isEmpty else { return false }
+        let position =
+            (try Self.lastIndex(in: others.count) { (i) throws(DatabaseError) in try isBefore(others[i]) })
+            .map { $0 + 1 } ?? 0
+        if node.parent != 0 && (position == 0 || position == others.count) { return false }
+        others.insert(item, at: position)
+        let oldFirst = node.items.first
+        node.items = others
+        try save(node)
+        guard node.items.first != oldFirst else { return true }
+        // Keep the ancestors' first items exact, up the chain of first children.
+        var child = node
+        while child.parent != 0 {
+            var parent = try self.node(child.parent)
+            guard let slot = parent.children.firstIndex(where: { $0.id == child.id }) else {
+                throw Self.damaged(prefix, "node \(child.id) is not a child of its parent \(parent.id)")
+            }
+            parent.children[slot].first = child.first!
+            try save(parent)
+            guard slot == 0 else { break }
+            child = parent
+        }
+        return true
+    }
+
     /// Whether `item`, in `leaf`, would stay where it is with a new value: its neighbours in the
     /// leaf still come before and after it (`inOrder(neighbour, neighbourIsBefore)`). Answers
     /// `false` (move it) when a neighbour would be in another leaf, unless the leaf is the
