@@ -119,26 +119,6 @@ extension ReadWriteTransaction {
 }
 
 extension ReadTransaction {
-    /// The extension registered as `name`, as a `T`, checked to be installed at this
-    /// transaction's snapshot.
-    ///
-    /// - Throws: `unknownExtension` when no extension of that name and type is registered, or
-    ///   this snapshot predates it (or holds another version: advance the bookmark).
-    func installedExtension<T: ExtensionDefinition>(named name: String, as type: T.Type) throws(DatabaseError)
-        -> T
-    {
-        try checkActive()
-        guard let definition = core.database.extensionDefinition(named: name) else {
-            throw DatabaseError(.unknownExtension, "no extension named '\(name)' is registered")
-        }
-        guard let typed = definition as? T else {
-            throw DatabaseError(
-                .unknownExtension, "the extension named '\(name)' is a \(definition.kind), not a \(T.self)")
-        }
-        try checkInstalled(typed)
-        return typed
-    }
-
     /// Checks that this transaction's snapshot holds `definition`'s kind and version.
     func checkInstalled(_ definition: any ExtensionDefinition) throws(DatabaseError) {
         try checkActive()

@@ -27,7 +27,7 @@ public protocol DatabaseExtension: Sendable {
 /// To add a kind of extension: conform to this protocol (tables named with
 /// ``ExtensionContext/tablePrefix``), return an ``ExtensionWriter`` from ``makeWriter(_:)``,
 /// and give transactions a typed accessor (as ``ReadTransaction/view(named:)`` does) that
-/// checks ``ReadTransaction/installedExtension(named:as:)``.
+/// calls ``ReadTransaction/checkInstalled(_:)`` first.
 protocol ExtensionDefinition: DatabaseExtension {
     /// The kind, recorded with the version: "view", "index", "search".
     var kind: String { get }
@@ -140,8 +140,6 @@ struct ExtensionChanges: Sendable {
     var byName: [String: any Sendable] = [:]
     /// Extensions rebuilt or dropped in the commit: their readers reload.
     var reset: Set<String> = []
-
-    var isEmpty: Bool { byName.isEmpty && reset.isEmpty }
 
     /// Whether `name` was rebuilt or dropped in the commit.
     func isReset(_ name: String) -> Bool { reset.contains(name) }
