@@ -33,21 +33,42 @@ struct BenchmarkCommand: ParsableCommand {
     @Flag(help: "Exit with status 1 when a target is missed.")
     var check = false
 
+    @Option(
+        help: """
+            Suites to run, comma-separated: core (issue 6's rows a–g), views, indexes, scaling, \
+            or all (default: core).
+            """)
+    var suite = "core"
+
+    /// The suites selected with `--suite`, in their declaration order.
+    private func selectedSuites() throws -> [SuiteName] {
+        let names = suite.lowercased().split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        if names.contains("all") { return SuiteName.allCases }
+        let selected = try names.map { name in
+            guard let suite = SuiteName(rawValue: name) else {
+                throw ValidationError("--suite: unknown suite '\(name)'")
+            }
+            return suite
+        }
+        return SuiteName.allCases.filter(selected.contains)
+    }
+
     func validate() throws {
+        _ = try selectedSuites()
         if let rounds, rounds < 1 { throw ValidationError("--rounds must be at least 1") }
         if let writeRounds, writeRounds < 1 { throw ValidationError("--write-rounds must be at least 1") }
     }
 
     func run() throws {
+        let suites = try selectedSuites()
         let sizes = quick ? Sizes.quick : Sizes.full
         let rounds = rounds ?? (quick ? 3 : 5)
         let writeRounds = writeRounds ?? (quick ? 3 : 5)
-        var workloads = makeWorkloads(sizes, writeRounds: writeRounds)
-        if let only {
-            let wanted = Set(only.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
-            workloads = workloads.filter { wanted.contains($0.id) }
-            guard !workloads.isEmpty else { throw ValidationError("--only selects no row") }
+        let wantedRows = only.map {
+            Set($0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
         }
+        var workloads = makeWorkloads(sizes, writeRounds: writeRounds)
+        if let wantedRows { workloads = workloads.filter { wantedRows.contains($0.id) } }
 
         let fileManager = FileManager.default
         let workDirectory: URL
@@ -63,29 +84,24 @@ struct BenchmarkCommand: ParsableCommand {
         defer { if ownsDirectory { try? fileManager.removeItem(at: workDirectory) } }
 
         let started = Date()
-        progress("generating data (\(quick ? "quick" : "full") sizes) in \(workDirectory.path)")
-        let data = WorkloadData(sizes: sizes)
-        var engines: [any Subject.Type] = [SnapshotDBSubject.self, SQLiteSubject.self, GRDBSubject.self]
-        if let selected = self.engines {
-            let wanted = Set(selected.lowercased().split(separator: ",").map(String.init))
-            let keys: [String: any Subject.Type] = [
-                "snapshotdb": SnapshotDBSubject.self, "c": SQLiteSubject.self, "grdb": GRDBSubject.self,
-            ]
-            engines = wanted.compactMap { keys[$0] }
-            guard engines.count == wanted.count else { throw ValidationError("--engines: unknown engine") }
+        var tables: [String] = []
+        var allTargetsMet = true
+        if suites.contains(.core), !workloads.isEmpty {
+            var report = try runCore(workloads, sizes: sizes, rounds: rounds, directory: workDirectory)
+            tables.append(report.markdown())
+            allTargetsMet = allTargetsMet && report.allTargetsMet
         }
-        let runner = Runner(engines: engines, data: data, rounds: rounds, directory: workDirectory)
-        var results: [WorkloadResult] = []
-        for workload in workloads {
-            results.append(try runner.run(workload, progress: progress))
+        let context = SuiteContext(
+            quick: quick, rounds: rounds, directory: workDirectory, only: wantedRows, progress: progress)
+        for suite in suites where suite != .core {
+            let report = try run(suite, context)
+            guard !report.rows.isEmpty else { continue }
+            tables.append(report.markdown())
+            allTargetsMet = allTargetsMet && report.allTargetsMet
         }
-        try runner.finish()
+        guard !tables.isEmpty else { throw ValidationError("--only selects no row") }
         let elapsed = Date().timeIntervalSince(started)
 
-        var report = Report(
-            results: results, snapshotDB: SnapshotDBSubject.engineName, sqlite: SQLiteSubject.engineName,
-            grdb: GRDBSubject.engineName)
-        let table = report.markdown()
         let date = ISO8601DateFormatter.string(
             from: started, timeZone: TimeZone(identifier: "UTC")!, formatOptions: [.withFullDate])
         let arguments = CommandLine.arguments.dropFirst().joined(separator: " ")
@@ -98,9 +114,44 @@ struct BenchmarkCommand: ParsableCommand {
             (in Benchmarks/).
             Times are per operation (for g: the slowest commit; the 99th percentile after the semicolon).
 
-            \(table)
+            \(tables.joined(separator: "\n\n"))
             """)
-        if check, !report.allTargetsMet { throw ExitCode(1) }
+        if check, !allTargetsMet { throw ExitCode(1) }
+    }
+
+    /// Issue 6's table: every workload through every selected engine.
+    private func runCore(_ workloads: [Workload], sizes: Sizes, rounds: Int, directory: URL) throws -> Report
+    {
+        progress("generating data (\(quick ? "quick" : "full") sizes) in \(directory.path)")
+        let data = WorkloadData(sizes: sizes)
+        var engines: [any Subject.Type] = [SnapshotDBSubject.self, SQLiteSubject.self, GRDBSubject.self]
+        if let selected = self.engines {
+            let wanted = Set(selected.lowercased().split(separator: ",").map(String.init))
+            let keys: [String: any Subject.Type] = [
+                "snapshotdb": SnapshotDBSubject.self, "c": SQLiteSubject.self, "grdb": GRDBSubject.self,
+            ]
+            engines = wanted.compactMap { keys[$0] }
+            guard engines.count == wanted.count else { throw ValidationError("--engines: unknown engine") }
+        }
+        let runner = Runner(engines: engines, data: data, rounds: rounds, directory: directory)
+        var results: [WorkloadResult] = []
+        for workload in workloads {
+            results.append(try runner.run(workload, progress: progress))
+        }
+        try runner.finish()
+        return Report(
+            results: results, snapshotDB: SnapshotDBSubject.engineName, sqlite: SQLiteSubject.engineName,
+            grdb: GRDBSubject.engineName)
+    }
+
+    /// A suite other than `core`.
+    private func run(_ suite: SuiteName, _ context: SuiteContext) throws -> SuiteReport {
+        switch suite {
+        case .core: preconditionFailure("core runs through runCore")
+        case .views: return try runViewSuite(context)
+        case .indexes: return try runIndexSuite(context)
+        case .scaling: return try runScalingSuite(context)
+        }
     }
 
     private func progress(_ message: String) {
