@@ -379,4 +379,61 @@ struct DeepViewTests {
             }
         }
     }
+
+    /// The writer holds changed nodes back until the end of the transaction: a savepoint that
+    /// rolls back, a view read inside the transaction, and the commit must all see exactly the
+    /// writes that stand (about 2,000 items, so moves cross leaves and the tree has levels).
+    @Test func heldBackNodesMeetSavepointsAndReadsInsideTheTransaction() throws {
+        var random = SeededGenerator(state: 7)
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            func note() -> Note {
+                Note(
+                    title: String(format: "%05d", Int.random(in: 0..<100_000, using: &random)),
+                    folder: ["inbox", "work"][Int.random(in: 0..<2, using: &random)], archived: false)
+            }
+            try writer.readWrite { txn in
+                for index in 0..<2_000 { try txn.set(note(), forKey: "n\(index)", inCollection: "notes") }
+            }
+            for round in 0..<6 {
+                try writer.readWrite { txn in
+                    for _ in 0..<50 {
+                        try txn.set(
+                            note(), forKey: "n\(Int.random(in: 0..<2_000, using: &random))",
+                            inCollection: "notes")
+                    }
+                    // Read inside the transaction: the held-back nodes are written first.
+                    #expect(
+                        ViewTests.rows(try txn.view(named: "byTitle")) == (try ViewTests.expectedRows(txn)))
+                    try txn.savepoint { txn in
+                        for _ in 0..<50 {
+                            let key = "n\(Int.random(in: 0..<2_000, using: &random))"
+                            if round % 2 == 0 {
+                                try txn.removeValue(forKey: key, inCollection: "notes")
+                            } else {
+                                try txn.set(note(), forKey: key, inCollection: "notes")
+                            }
+                        }
+                        txn.rollback()
+                    }
+                    // After the rollback the writer must not reuse nodes or values from inside it.
+                    for _ in 0..<50 {
+                        try txn.set(
+                            note(), forKey: "n\(Int.random(in: 0..<2_000, using: &random))",
+                            inCollection: "notes")
+                    }
+                    try txn.savepoint { txn in
+                        try txn.set(
+                            note(), forKey: "n\(Int.random(in: 0..<2_000, using: &random))",
+                            inCollection: "notes")
+                    }
+                }
+                try writer.read { txn in
+                    let stored = ViewTests.rows(try txn.view(named: "byTitle"))
+                    #expect(stored == (try ViewTests.expectedRows(txn)), "round \(round)")
+                }
+            }
+        }
+    }
 }

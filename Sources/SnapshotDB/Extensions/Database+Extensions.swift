@@ -119,9 +119,12 @@ extension ReadWriteTransaction {
 }
 
 extension ReadTransaction {
-    /// Checks that this transaction's snapshot holds `definition`'s kind and version.
+    /// Checks that this transaction's snapshot holds `definition`'s kind and version. In a write
+    /// transaction, first writes back what extension writers hold, so that a reader made now
+    /// reads every write made before it.
     func checkInstalled(_ definition: any ExtensionDefinition) throws(DatabaseError) {
         try checkActive()
+        if let transaction = self as? ReadWriteTransaction { try transaction.extensionWriters.flush() }
         let installed = try? ExtensionCatalog.installed(definition.name, handle: core.handle())
         guard let installed, installed.version == definition.version, installed.kind == definition.kind else {
             throw DatabaseError(

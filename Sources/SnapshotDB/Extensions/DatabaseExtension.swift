@@ -65,8 +65,21 @@ protocol ExtensionWriter: AnyObject {
     /// Fills the extension's empty tables from every value it observes; what the changeset
     /// then says must make readers reload (``ExtensionChanges/isReset``).
     func rebuild() throws(DatabaseError)
-    /// What the transaction changed, for its changeset; `nil` when nothing.
+    /// What the transaction changed, for its changeset; `nil` when nothing. Writes back anything
+    /// the writer still holds (see ``flush()``).
     func finish() throws(DatabaseError) -> (any Sendable)?
+    /// Writes to the extension's tables whatever the writer holds back for the end of the
+    /// transaction: called before a savepoint begins and before the transaction reads an
+    /// extension, so that SQLite's rows are complete at those points.
+    func flush() throws(DatabaseError)
+    /// A savepoint was rolled back: SQLite undid its rows, so forget anything read or held
+    /// since (``flush()`` ran when the savepoint began, so nothing older is lost).
+    func discardCache()
+}
+
+extension ExtensionWriter {
+    func flush() throws(DatabaseError) {}
+    func discardCache() {}
 }
 
 /// What an extension's code works with inside a transaction: the SQLite handle, the codecs,

@@ -77,6 +77,16 @@ final class ExtensionWriters {
         reset.insert(name)
     }
 
+    /// Writes back what the writers hold (see ``ExtensionWriter/flush()``).
+    func flush() throws(DatabaseError) {
+        for writer in writers.values { try writer.flush() }
+    }
+
+    /// After a savepoint rolled back (see ``ExtensionWriter/discardCache()``).
+    func discardCaches() {
+        for writer in writers.values { writer.discardCache() }
+    }
+
     /// What the extensions add to the commit's changeset.
     func finish() throws(DatabaseError) -> ExtensionChanges {
         var changes = ExtensionChanges(reset: reset)

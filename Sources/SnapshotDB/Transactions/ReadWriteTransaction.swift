@@ -220,6 +220,8 @@ public final class ReadWriteTransaction: ReadTransaction {
         let handle = try core.handle()
         let scope = ReadWriteTransaction(savepointIn: self)
         let name = "snapshotdb_savepoint_\(scope.depth)"
+        // What extension writers hold back must be in the rows the savepoint can roll back to.
+        try shared.extensions.flush()
         try handle.execute("SAVEPOINT \(name)")
         let saved = (shared.changes, shared.info)
         shared.rollbackRequests.append(false)
@@ -257,6 +259,7 @@ public final class ReadWriteTransaction: ReadTransaction {
                 throw FaultInjector.error(.savepointRollback)
             }
             try handle.execute("ROLLBACK TO \(savepoint); RELEASE \(savepoint)")
+            shared.extensions.discardCaches()
         } catch {
             if shared.failure == nil {
                 shared.failure = DatabaseError(

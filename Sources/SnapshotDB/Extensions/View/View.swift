@@ -184,6 +184,9 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
     /// Forgets the decoded value of `item`, which is about to change.
     func forget(_ item: ViewItem) { decoded[item] = nil }
 
+    /// Forgets every decoded value (a savepoint rolled values back).
+    func forgetAll() { decoded.removeAll() }
+
     /// Whether (`lhs`, `lhsItem`) sorts before (`rhs`, `rhsItem`): the view's order, then the
     /// items' (collection, key).
     func less(_ lhs: Value, _ lhsItem: ViewItem, _ rhs: Value, _ rhsItem: ViewItem) -> Bool {
@@ -231,7 +234,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
         self.context = context
         self.order = order
         self.collections = collections
-        self.tree = ViewTree(handle: context.handle, prefix: context.tablePrefix)
+        self.tree = ViewTree(handle: context.handle, prefix: context.tablePrefix, caching: true)
     }
 
     /// Records where `item` is before the transaction changes it, the first time.
@@ -310,10 +313,19 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
             let sorted = members.sorted { order.less($0.value, $0.item, $1.value, $1.item) }
             try tree.build(group: group, items: sorted.map(\.item))
         }
+        try tree.flush()
         touched = [:]
     }
 
+    func flush() throws(DatabaseError) { try tree.flush() }
+
+    func discardCache() {
+        tree.discardCache()
+        order.forgetAll()
+    }
+
     func finish() throws(DatabaseError) -> (any Sendable)? {
-        touched.isEmpty ? nil : ViewCommitRecord(touched: touched)
+        try tree.flush()
+        return touched.isEmpty ? nil : ViewCommitRecord(touched: touched)
     }
 }

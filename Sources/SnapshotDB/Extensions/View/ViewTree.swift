@@ -18,9 +18,19 @@ internal import Foundation
 /// item starts from its leaf (the map) and climbs by parent links. Leaves and internal nodes
 /// split when full; empty ones are removed. The tree is not rebalanced on removals: its depth
 /// only grows with splits, which keeps removals cheap.
+///
+/// A tree made for a write transaction caches the nodes it reads and writes changed ones back
+/// only on ``flush()`` (at the end of the transaction, before a savepoint begins, and before
+/// the transaction reads the view): a one-row move reads each node once, and the nodes that
+/// its removal and its insertion share (the root at least) are written once; a bulk commit
+/// writes each leaf once, not once per item. After a savepoint rolls back, SQLite has undone
+/// the rows and ``discardCache()`` drops the cache with them.
 final class ViewTree {
     static let leafCapacity = 64
     static let branchCapacity = 64
+    /// Past this many cached nodes the cache is written back and emptied, so that a rebuild or a
+    /// bulk commit over a large view does not hold the whole tree in memory.
+    static let cacheLimit = 4_096
 
     struct Child: Equatable {
         var id: Int64
@@ -41,10 +51,56 @@ final class ViewTree {
 
     let handle: SQLiteHandle
     let prefix: String
+    /// Nodes read or written since the last ``discardCache()``, by id (write transactions only).
+    private var cache: [Int64: Node] = [:]
+    /// The cached nodes whose rows are not written yet.
+    private var dirty: Set<Int64> = []
+    /// Groups read or written, like nodes (`nil`: the group has no row); a move within a group
+    /// changes its count twice and its row not at all.
+    private var groupCache: [String: (root: Int64, count: Int)?] = [:]
+    private var dirtyGroups: Set<String> = []
+    private let caches: Bool
 
-    init(handle: SQLiteHandle, prefix: String) {
+    /// A tree over the tables named with `prefix`; `caching` for a write transaction's writer
+    /// (see the type's notes), not for readers, which read each node once anyway.
+    init(handle: SQLiteHandle, prefix: String, caching: Bool = false) {
         self.handle = handle
         self.prefix = prefix
+        self.caches = caching
+    }
+
+    /// Writes the changed nodes and groups to their rows.
+    func flush() throws(DatabaseError) {
+        for name in dirtyGroups.sorted() {
+            let group = groupCache[name] ?? nil
+            try writeGroup(name, root: group?.root ?? 0, count: group?.count ?? 0)
+        }
+        dirtyGroups.removeAll(keepingCapacity: true)
+        guard !dirty.isEmpty else { return }
+        let update = try statement("INSERT OR REPLACE INTO \(prefix)node(id, data) VALUES (?1, ?2)")
+        for id in dirty.sorted() {
+            guard let node = cache[id] else { continue }
+            try update.bind(id, at: 1)
+            try update.bind(NodeCoding.encode(node), at: 2)
+            try update.execute()
+        }
+        dirty.removeAll(keepingCapacity: true)
+    }
+
+    /// Forgets every cached node, written or not: after a savepoint rolled the rows back.
+    func discardCache() {
+        cache.removeAll()
+        dirty.removeAll()
+        groupCache.removeAll()
+        dirtyGroups.removeAll()
+    }
+
+    private func remember(_ node: Node) throws(DatabaseError) {
+        if cache.count >= Self.cacheLimit, cache[node.id] == nil {
+            try flush()
+            cache.removeAll(keepingCapacity: true)
+        }
+        cache[node.id] = node
     }
 
     static func createTables(prefix: String, handle: SQLiteHandle) throws(DatabaseError) {
@@ -65,6 +121,7 @@ final class ViewTree {
     }
 
     func node(_ id: Int64) throws(DatabaseError) -> Node {
+        if caches, let node = cache[id] { return node }
         let select = try statement("SELECT data FROM \(prefix)node WHERE id = ?1")
         defer { select.reset() }
         try select.bind(id, at: 1)
@@ -72,10 +129,16 @@ final class ViewTree {
         guard let node = NodeCoding.decode(select.data(at: 0), id: id) else {
             throw Self.damaged(prefix, "node \(id) cannot be read")
         }
+        if caches { try remember(node) }
         return node
     }
 
     func save(_ node: Node) throws(DatabaseError) {
+        if caches {
+            try remember(node)
+            dirty.insert(node.id)
+            return
+        }
         let update = try statement("INSERT OR REPLACE INTO \(prefix)node(id, data) VALUES (?1, ?2)")
         try update.bind(node.id, at: 1)
         try update.bind(NodeCoding.encode(node), at: 2)
@@ -91,6 +154,8 @@ final class ViewTree {
     }
 
     func deleteNode(_ id: Int64) throws(DatabaseError) {
+        cache[id] = nil
+        dirty.remove(id)
         let delete = try statement("DELETE FROM \(prefix)node WHERE id = ?1")
         try delete.bind(id, at: 1)
         try delete.execute()
@@ -98,6 +163,7 @@ final class ViewTree {
 
     /// Every group with its root and count, sorted by name.
     func groups() throws(DatabaseError) -> [(name: String, root: Int64, count: Int)] {
+        try flush()
         let select = try statement("SELECT name, root, count FROM \(prefix)group ORDER BY name")
         defer { select.reset() }
         var groups: [(name: String, root: Int64, count: Int)] = []
@@ -108,14 +174,23 @@ final class ViewTree {
     }
 
     func group(_ name: String) throws(DatabaseError) -> (root: Int64, count: Int)? {
+        if caches, let cached = groupCache[name] { return cached }
         let select = try statement("SELECT root, count FROM \(prefix)group WHERE name = ?1")
         defer { select.reset() }
         try select.bind(name, at: 1)
-        guard try select.step() else { return nil }
-        return (select.int64(at: 0), Int(select.int64(at: 1)))
+        let group: (root: Int64, count: Int)? =
+            try select.step() ? (select.int64(at: 0), Int(select.int64(at: 1))) : nil
+        if caches { groupCache[name] = .some(group) }
+        return group
     }
 
     func saveGroup(_ name: String, root: Int64, count: Int) throws(DatabaseError) {
+        guard caches else { return try writeGroup(name, root: root, count: count) }
+        groupCache[name] = .some(count == 0 ? nil : (root, count))
+        dirtyGroups.insert(name)
+    }
+
+    private func writeGroup(_ name: String, root: Int64, count: Int) throws(DatabaseError) {
         if count == 0 {
             let delete = try statement("DELETE FROM \(prefix)group WHERE name = ?1")
             try delete.bind(name, at: 1)
@@ -179,6 +254,7 @@ final class ViewTree {
     }
 
     func removeEverything() throws(DatabaseError) {
+        discardCache()
         try handle.execute("DELETE FROM \(prefix)node; DELETE FROM \(prefix)group; DELETE FROM \(prefix)map;")
     }
 
@@ -280,6 +356,10 @@ final class ViewTree {
         var others = node.items
         others.remove(at: from)
         guard !others.isEmpty else { return false }
+        if node.parent != 0 {
+            // Most moves leave the leaf: two comparisons with its ends say so before a search.
+            guard try !isBefore(others[others.count - 1]), try isBefore(others[0]) else { return false }
+        }
         let position =
             (try Self.lastIndex(in: others.count) { (i) throws(DatabaseError) in try isBefore(others[i]) })
             .map { $0 + 1 } ?? 0
@@ -514,9 +594,11 @@ final class ViewTree {
 
 /// The bytes of a view node: kind, parent, count, then items (collection, key) or children
 /// (id, count, first item), integers little-endian, strings length-prefixed UTF-8.
+///
+/// Written and read through raw buffers in one pass each way: a node is encoded on every write
+/// below it and decoded on every read, so this is on the path of every commit into a view.
 enum NodeCoding {
     static func encode(_ node: ViewTree.Node) -> Data {
-        // One byte buffer, sized once: a node is rewritten on every insert and removal below it.
         var size = 17
         if node.isLeaf {
             for item in node.items { size += 16 + item.collection.utf8.count + item.key.utf8.count }
@@ -525,34 +607,45 @@ enum NodeCoding {
                 size += 32 + child.first.collection.utf8.count + child.first.key.utf8.count
             }
         }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(size)
-        bytes.append(node.isLeaf ? 0 : 1)
-        append(node.parent, to: &bytes)
-        if node.isLeaf {
-            append(Int64(node.items.count), to: &bytes)
-            for item in node.items {
-                append(item.collection, to: &bytes)
-                append(item.key, to: &bytes)
-            }
-        } else {
-            append(Int64(node.children.count), to: &bytes)
-            for child in node.children {
-                append(child.id, to: &bytes)
-                append(Int64(child.count), to: &bytes)
-                append(child.first.collection, to: &bytes)
-                append(child.first.key, to: &bytes)
+        var data = Data(count: size)
+        data.withUnsafeMutableBytes { buffer in
+            var writer = Writer(buffer: buffer)
+            writer.byte(node.isLeaf ? 0 : 1)
+            writer.int(node.parent)
+            if node.isLeaf {
+                writer.int(Int64(node.items.count))
+                for item in node.items {
+                    writer.string(item.collection)
+                    writer.string(item.key)
+                }
+            } else {
+                writer.int(Int64(node.children.count))
+                for child in node.children {
+                    writer.int(child.id)
+                    writer.int(Int64(child.count))
+                    writer.string(child.first.collection)
+                    writer.string(child.first.key)
+                }
             }
         }
-        return Data(bytes)
+        return data
     }
 
     static func decode(_ data: Data, id: Int64) -> ViewTree.Node? {
-        var reader = Reader(bytes: [UInt8](data))
-        guard let kind = reader.byte(), let parent = reader.int(), let count = reader.int(), count >= 0 else {
-            return nil
-        }
+        data.withUnsafeBytes { buffer in decode(buffer, id: id) }
+    }
+
+    private static func decode(_ buffer: UnsafeRawBufferPointer, id: Int64) -> ViewTree.Node? {
+        var reader = Reader(buffer: buffer)
+        guard let kind = reader.byte(), let parent = reader.int(), let count = reader.int(), count >= 0,
+            count <= buffer.count
+        else { return nil }
         var node = ViewTree.Node(id: id, parent: parent, isLeaf: kind == 0)
+        if node.isLeaf {
+            node.items.reserveCapacity(Int(count))
+        } else {
+            node.children.reserveCapacity(Int(count))
+        }
         for _ in 0..<count {
             if node.isLeaf {
                 guard let collection = reader.string(), let key = reader.string() else { return nil }
@@ -570,41 +663,54 @@ enum NodeCoding {
         return node
     }
 
-    private static func append(_ value: Int64, to bytes: inout [UInt8]) {
-        var value = UInt64(bitPattern: value)
-        for _ in 0..<8 {
-            bytes.append(UInt8(truncatingIfNeeded: value))
-            value >>= 8
-        }
-    }
+    /// Writes into a buffer sized by ``encode(_:)``.
+    private struct Writer {
+        let buffer: UnsafeMutableRawBufferPointer
+        var offset = 0
 
-    private static func append(_ string: String, to bytes: inout [UInt8]) {
-        append(Int64(string.utf8.count), to: &bytes)
-        bytes.append(contentsOf: string.utf8)
+        mutating func byte(_ value: UInt8) {
+            buffer[offset] = value
+            offset += 1
+        }
+
+        mutating func int(_ value: Int64) {
+            buffer.storeBytes(of: value.littleEndian, toByteOffset: offset, as: Int64.self)
+            offset += 8
+        }
+
+        mutating func string(_ string: String) {
+            var string = string
+            string.withUTF8 { utf8 in
+                int(Int64(utf8.count))
+                guard let base = utf8.baseAddress, !utf8.isEmpty else { return }
+                (buffer.baseAddress! + offset).copyMemory(from: base, byteCount: utf8.count)
+                offset += utf8.count
+            }
+        }
     }
 
     private struct Reader {
-        let bytes: [UInt8]
+        let buffer: UnsafeRawBufferPointer
         var offset = 0
 
         mutating func byte() -> UInt8? {
-            guard offset < bytes.count else { return nil }
+            guard offset < buffer.count else { return nil }
             defer { offset += 1 }
-            return bytes[offset]
+            return buffer[offset]
         }
 
         mutating func int() -> Int64? {
-            guard offset + 8 <= bytes.count else { return nil }
-            var value: Int64 = 0
-            for index in 0..<8 { value |= Int64(bytes[offset + index]) << (8 * index) }
-            offset += 8
-            return value
+            guard offset + 8 <= buffer.count else { return nil }
+            defer { offset += 8 }
+            return Int64(littleEndian: buffer.loadUnaligned(fromByteOffset: offset, as: Int64.self))
         }
 
         mutating func string() -> String? {
-            guard let length = int(), length >= 0, offset + Int(length) <= bytes.count else { return nil }
+            guard let length = int(), length >= 0, length <= buffer.count - offset else { return nil }
             defer { offset += Int(length) }
-            return String(decoding: bytes[offset..<offset + Int(length)], as: UTF8.self)
+            return String(
+                decoding: UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + Int(length)]),
+                as: UTF8.self)
         }
     }
 }
