@@ -4,16 +4,34 @@ import Testing
 
 @testable import SnapshotDB
 
-/// A view is updated in the same SQLite transaction as its values: a process killed in the
-/// middle of writing leaves a view that equals a rebuild from the values that survived.
-@Suite("Views after a crash")
+/// Extensions are updated in the same SQLite transaction as their values: a process killed in
+/// the middle of writing leaves a view, a secondary index and a full-text index that equal a
+/// rebuild from the values that survived.
+@Suite("Extensions after a crash")
 struct ViewCrashTests {
     static let childKey = "SNAPSHOTDB_VIEW_CRASH_CHILD_DB"
+
+    /// An index over the notes' folder and title.
+    static let byFolder = SecondaryIndex<Note>(
+        name: "byFolder", version: "1", collections: ["notes"], columns: [.text("folder"), .text("title")],
+        extract: { _, _, note in ["folder": .text(note.folder), "title": .text(note.title)] })
+
+    /// A full-text index of the notes' titles, which hold words ("w12 w7").
+    static let titles = FullTextSearch<Note>(
+        name: "titles", version: "1", collections: ["notes"], columns: ["title"],
+        extract: { _, _, note in ["title": note.title] })
+
+    static func registerAll(_ db: Database) throws {
+        try db.register(ViewTests.byTitle)
+        try db.register(byFolder)
+        try db.register(titles)
+    }
 
     /// Timeline: the child registers the view and commits transactions of several writes each,
     /// printing the number of each commit | after 40 commits this process kills it with
     /// SIGKILL, wherever it is | reopened, the view's rows are those of a brute-force sort of
-    /// the values, and registering the same version again changes nothing.
+    /// the values, the index and the full-text index answer what a brute-force filter of the
+    /// values answers, and registering the same versions again changes nothing.
     @Test func aKilledWriterLeavesTheViewInStepWithTheValues() throws {
         try withTemporaryDirectory { directory throws in
             let path = directory.appendingPathComponent("crash.sqlite").path
@@ -27,13 +45,31 @@ struct ViewCrashTests {
             }
             child.kill()
             let db = try Database(path: path)
-            try db.register(ViewTests.byTitle)
+            try Self.registerAll(db)
             #expect(db.latestCommit >= 40)
             try db.newConnection().read { txn throws in
                 let view = try txn.view(named: "byTitle")
                 let expected = try ViewTests.expectedRows(txn)
                 #expect(ViewTests.rows(view) == expected)
                 #expect(view.count > 0)
+
+                let values = try txn.values(inCollection: "notes", as: Note.self)
+                let index = try txn.index(named: "byFolder")
+                for folder in ["inbox", "work", "home"] {
+                    let keys = try index.keys(where: "folder = ?", [.text(folder)], orderBy: nil, limit: nil)
+                    let matching = values.filter { $0.value.folder == folder }.map(\.key)
+                    #expect(Set(keys.map(\.key)) == Set(matching), "folder \(folder)")
+                    #expect(keys.count == matching.count && !matching.isEmpty)
+                }
+                let search = try txn.search(named: "titles")
+                for word in ["w0", "w3", "w17"] {
+                    let hits = try search.keys(matching: word, limit: 10_000)
+                    let matching = values.filter {
+                        $0.value.title.split(separator: " ").contains(Substring(word))
+                    }
+                    #expect(Set(hits.map(\.key)) == Set(matching.map(\.key)), "word \(word)")
+                    #expect(!hits.isEmpty, "word \(word)")
+                }
             }
             #expect(try isIntact(path))
         }
@@ -43,7 +79,7 @@ struct ViewCrashTests {
     func childWritesUntilKilled() throws {
         let path = try #require(ProcessInfo.processInfo.environment[Self.childKey])
         let db = try Database(path: path)
-        try db.register(ViewTests.byTitle)
+        try Self.registerAll(db)
         let writer = db.newConnection(name: "child")
         var random = SeededGenerator(state: 7)
         let folders = ["inbox", "work", "home"]
@@ -55,7 +91,8 @@ struct ViewCrashTests {
                         try txn.removeValue(forKey: key, inCollection: "notes")
                     } else {
                         let note = Note(
-                            title: "\(Int.random(in: 0..<1000, using: &random))",
+                            title:
+                                "w\(Int.random(in: 0..<20, using: &random)) w\(Int.random(in: 0..<20, using: &random))",
                             folder: folders.randomElement(using: &random)!, archived: false)
                         try txn.set(note, forKey: key, inCollection: "notes")
                     }
