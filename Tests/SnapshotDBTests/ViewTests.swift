@@ -117,7 +117,9 @@ struct ViewTests {
             }
             try db.unregister("byTitle")
             let tables = try sqlite3(
-                db.path, "SELECT name FROM sqlite_schema WHERE substr(name, 1, 15) = 'snapshotdb_ext_';")
+                db.path,
+                "SELECT name FROM sqlite_schema WHERE substr(name, 1, 12) = 'snapshotdb_x' OR substr(name, 1, 15) = 'snapshotdb_ext_';"
+            )
             #expect(tables == "")
             expectError(.unknownExtension) { try writer.read { try $0.view(named: "byTitle") } }
         }

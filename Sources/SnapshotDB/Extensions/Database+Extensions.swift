@@ -92,7 +92,9 @@ extension ReadWriteTransaction {
         let handle = try core.handle()
         try handle.execute(ExtensionCatalog.create)
         let installed = try ExtensionCatalog.installed(definition.name, handle: handle)
-        if let installed, installed.kind == definition.kind, installed.version == definition.version {
+        if let installed, installed.kind == definition.kind,
+            installed.version == ExtensionCatalog.storedVersion(definition)
+        {
             core.database.setExtension(definition, named: definition.name)
             return
         }
@@ -126,7 +128,9 @@ extension ReadTransaction {
         try checkActive()
         if let transaction = self as? ReadWriteTransaction { try transaction.extensionWriters.flush() }
         let installed = try? ExtensionCatalog.installed(definition.name, handle: core.handle())
-        guard let installed, installed.version == definition.version, installed.kind == definition.kind else {
+        guard let installed, installed.version == ExtensionCatalog.storedVersion(definition),
+            installed.kind == definition.kind
+        else {
             throw DatabaseError(
                 .unknownExtension,
                 "extension '\(definition.name)' (version \(definition.version)) is not in the snapshot this "
@@ -143,6 +147,11 @@ enum ExtensionCatalog {
         CREATE TABLE IF NOT EXISTS snapshotdb_extensions(
             name TEXT PRIMARY KEY NOT NULL, kind TEXT NOT NULL, version TEXT NOT NULL) WITHOUT ROWID
         """
+
+    /// The version recorded for `definition`: its own, tagged with the table format, so that an
+    /// extension kept in an older format (table names without the name's length) is rebuilt
+    /// when it is registered again.
+    static func storedVersion(_ definition: any ExtensionDefinition) -> String { "t2:" + definition.version }
 
     /// The kind and version of `name` in the open transaction's snapshot, or `nil`.
     static func installed(_ name: String, handle: SQLiteHandle) throws(DatabaseError) -> (
@@ -161,7 +170,7 @@ enum ExtensionCatalog {
             "INSERT OR REPLACE INTO snapshotdb_extensions(name, kind, version) VALUES (?1, ?2, ?3)")
         try statement.bind(definition.name, at: 1)
         try statement.bind(definition.kind, at: 2)
-        try statement.bind(definition.version, at: 3)
+        try statement.bind(storedVersion(definition), at: 3)
         try statement.execute()
     }
 
@@ -172,9 +181,19 @@ enum ExtensionCatalog {
     }
 
     /// Drops every table whose name starts with the extension's prefix (virtual tables first,
-    /// which drop their own shadow tables).
+    /// which drop their own shadow tables), and those of the first table format.
+    ///
+    /// The first format's prefix could also start another extension's tables (`notes` and
+    /// `notes_x`); such tables belong to a first-format extension, which is rebuilt anyway when
+    /// it is registered again (its recorded version has no format tag).
     static func dropTables(of name: String, handle: SQLiteHandle) throws(DatabaseError) {
-        let prefix = ExtensionContext.tablePrefix(name)
+        for prefix in [ExtensionContext.tablePrefix(name), ExtensionContext.legacyTablePrefix(name)] {
+            try dropTables(prefix: prefix, handle: handle)
+        }
+        handle.clearCachedStatements()
+    }
+
+    private static func dropTables(prefix: String, handle: SQLiteHandle) throws(DatabaseError) {
         for virtualFirst in [true, false] {
             let list = try SQLiteStatement(
                 handle: handle,
@@ -194,6 +213,5 @@ enum ExtensionCatalog {
                 try handle.execute("DROP TABLE IF EXISTS \"\(quoted)\"")
             }
         }
-        handle.clearCachedStatements()
     }
 }

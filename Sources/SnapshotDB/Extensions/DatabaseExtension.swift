@@ -112,10 +112,17 @@ struct ExtensionContext {
         return try decode(T.self, data, key: key, collection: collection)
     }
 
-    /// The prefix of every table of the extension, `snapshotdb_ext_<name>_`.
+    /// The prefix of every table of the extension, `snapshotdb_x<length of name>_<name>_`.
     var tablePrefix: String { Self.tablePrefix(name) }
 
-    static func tablePrefix(_ name: String) -> String { "snapshotdb_ext_\(name)_" }
+    /// `snapshotdb_x<length>_<name>_`: the name's length makes one extension's prefix never the
+    /// start of another's (names may hold underscores: without it, `notes_` would start the
+    /// tables of `notes_x` too, and dropping `notes` would drop them).
+    static func tablePrefix(_ name: String) -> String { "snapshotdb_x\(name.utf8.count)_\(name)_" }
+
+    /// The prefix of the first table format, `snapshotdb_ext_<name>_`, whose tables are dropped
+    /// when an extension from that format is registered again (and rebuilt under the new one).
+    static func legacyTablePrefix(_ name: String) -> String { "snapshotdb_ext_\(name)_" }
 
     /// Calls `body` with every value of `collections` (every collection when `nil`), in
     /// (collection, key) order.

@@ -14,7 +14,7 @@ internal import Foundation
 /// Queries use FTS5's syntax (words, `"phrases"`, `prefix*`, `AND`/`OR`/`NOT`, `NEAR(a b, 5)`,
 /// `column:`); FTS4's `a NEAR/5 b` is accepted too and rewritten as `NEAR(a b, 5)`. A query
 /// that is not valid FTS5 syntax throws `invalidQuery`. The text lives in an FTS5 table
-/// in the same file (`snapshotdb_ext_<name>_fts`) with a map from each item to its row.
+/// in the same file (`snapshotdb_x<length>_<name>_fts`) with a map from each item to its row.
 public struct FullTextSearch<Value: Decodable & Sendable>: ExtensionDefinition {
     /// The name the index is registered and searched under.
     public let name: String

@@ -1,0 +1,83 @@
+import Foundation
+import Testing
+
+@testable import SnapshotDB
+
+/// Each extension's tables are its own: names that start alike (`notes`, `notes_x`) never share
+/// tables, and tables of the first format are replaced when their extension is registered again.
+@Suite("Extension tables")
+struct ExtensionTablesTests {
+    static func view(_ name: String, version: String) -> View<Note> {
+        View<Note>(
+            name: name, version: version, collections: ["notes"], group: { _, _, note in note.folder },
+            areInIncreasingOrder: { $0.title < $1.title })
+    }
+
+    @Test func rebuildingOneExtensionLeavesAnotherWhoseNameItStartsUntouched() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.view("notes", version: "1"))
+            try db.register(Self.view("notes_x", version: "1"))
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for index in 0..<50 {
+                    try txn.set(
+                        Note(title: "\(index)", folder: "f\(index % 3)", archived: false),
+                        forKey: "n\(index)",
+                        inCollection: "notes")
+                }
+            }
+            try db.register(Self.view("notes", version: "2"))
+            try db.unregister("notes")
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "new", folder: "f0", archived: false), forKey: "n0", inCollection: "notes")
+            }
+            try writer.read { txn in
+                let rows = ViewTests.rows(try txn.view(named: "notes_x"))
+                #expect(rows["f0"]?.count == 17)
+                let titles = try rows["f0"]!.map {
+                    try txn.value(forKey: $0.key, inCollection: "notes", as: Note.self)!.title
+                }
+                #expect(titles == titles.sorted())
+            }
+        }
+    }
+
+    @Test func tablesOfTheFirstFormatAreReplacedOnRegistration() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("legacy.sqlite").path
+            do {
+                let db = try Database(path: path)
+                try db.register(ViewTests.byTitle)
+                try db.newConnection().readWrite { txn in
+                    for index in 0..<30 {
+                        try txn.set(
+                            Note(title: "\(100 - index)", folder: "inbox", archived: false),
+                            forKey: "n\(index)",
+                            inCollection: "notes")
+                    }
+                }
+                try db.close()
+            }
+            // What the first format left: tables named snapshotdb_ext_<name>_*, a version without a tag.
+            _ = try sqlite3(
+                path,
+                """
+                ALTER TABLE snapshotdb_x7_byTitle_node RENAME TO snapshotdb_ext_byTitle_node;
+                ALTER TABLE snapshotdb_x7_byTitle_group RENAME TO snapshotdb_ext_byTitle_group;
+                ALTER TABLE snapshotdb_x7_byTitle_map RENAME TO snapshotdb_ext_byTitle_map;
+                UPDATE snapshotdb_extensions SET version = '1' WHERE name = 'byTitle';
+                """)
+            let db = try Database(path: path)
+            try db.register(ViewTests.byTitle)
+            try db.newConnection().read { txn in
+                let view = try txn.view(named: "byTitle")
+                #expect(ViewTests.rows(view) == (try ViewTests.expectedRows(txn)))
+                #expect(view.count(inGroup: "inbox") == 30)
+            }
+            let legacy = try sqlite3(
+                path, "SELECT count(*) FROM sqlite_schema WHERE substr(name, 1, 15) = 'snapshotdb_ext_';")
+            #expect(legacy.trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+        }
+    }
+}
