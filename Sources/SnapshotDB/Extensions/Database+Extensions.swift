@@ -13,19 +13,33 @@ extension Database {
     ///
     /// - Throws: `misuse` for a name that is not letters, digits and underscores (at most 64)
     ///   or a type that is not one of SnapshotDB's extensions; `decodingFailed` when a stored
-    ///   value is not of the extension's type; and what a write transaction throws.
+    ///   value is not of the extension's type; `unknownExtension` when it reads an extension
+    ///   that is not registered (a search-results view's full-text index); `invalidQuery` for a
+    ///   search-results view whose query is not valid FTS5; and what a write transaction throws.
     public func register(_ extension: any DatabaseExtension) throws(DatabaseError) {
         guard let definition = `extension` as? any ExtensionDefinition else {
             throw DatabaseError(
                 .misuse, "\(type(of: `extension`)) is not an extension SnapshotDB knows how to keep")
         }
         try Self.checkExtensionName(definition.name)
+        for dependency in definition.dependencies where extensionDefinition(named: dependency) == nil {
+            throw DatabaseError(
+                .unknownExtension,
+                "extension '\(definition.name)' reads extension '\(dependency)', which is not registered; register it first"
+            )
+        }
         let connection = newConnection(name: "snapshotdb.extensions")
+        // A registration that fails rolls back, tables and catalog: what was registered under
+        // the name before (or nothing) must be again, or every later write would run a writer
+        // for tables that do not exist.
+        let previous = extensionDefinition(named: definition.name)
         do {
             try connection.readWrite { transaction in try transaction.install(definition) }
         } catch let error as DatabaseError {
+            setExtension(previous, named: definition.name)
             throw error
         } catch {
+            setExtension(previous, named: definition.name)
             throw DatabaseError(
                 .sqlite, "registering extension '\(definition.name)' failed: \(error)", cause: error)
         }
@@ -33,8 +47,17 @@ extension Database {
 
     /// Removes the extension registered as `name` and drops its tables, in a commit of its own.
     /// Unregistering a name that is not registered does nothing.
+    ///
+    /// - Throws: `misuse` while another registered extension reads this one (unregister that
+    ///   one first).
     public func unregister(_ name: String) throws(DatabaseError) {
         try Self.checkExtensionName(name)
+        if let dependent = extensionDefinitions().first(where: { $0.dependencies.contains(name) }) {
+            throw DatabaseError(
+                .misuse,
+                "extension '\(name)' is read by extension '\(dependent.name)'; unregister '\(dependent.name)' first"
+            )
+        }
         let connection = newConnection(name: "snapshotdb.extensions")
         do {
             try connection.readWrite { transaction in try transaction.uninstall(name) }
@@ -51,8 +74,12 @@ extension Database {
     }
 
     /// The registered extensions, for a transaction's hooks.
+    /// The registered extensions, those with dependencies last (so that their writers run after
+    /// the writers of what they read), then by name.
     func extensionDefinitions() -> [any ExtensionDefinition] {
-        state.withLock { Array($0.extensions.values) }
+        state.withLock { Array($0.extensions.values) }.sorted {
+            ($0.dependencies.isEmpty ? 0 : 1, $0.name) < ($1.dependencies.isEmpty ? 0 : 1, $1.name)
+        }
     }
 
     func extensionDefinition(named name: String) -> (any ExtensionDefinition)? {

@@ -37,9 +37,15 @@ protocol ExtensionDefinition: DatabaseExtension {
     func createTables(_ context: ExtensionContext) throws(DatabaseError)
     /// A writer for one read-write transaction.
     func makeWriter(_ context: ExtensionContext) -> any ExtensionWriter
+    /// The extensions this one reads while it writes (a search-results view reads its full-text
+    /// index): they must be registered first, their writers run before its writer, and they
+    /// cannot be unregistered while it is registered.
+    var dependencies: [String] { get }
 }
 
 extension ExtensionDefinition {
+    var dependencies: [String] { [] }
+
     /// Whether the extension derives anything from `collection`.
     func observes(_ collection: String) -> Bool {
         collections.map { $0.contains(collection) } ?? true

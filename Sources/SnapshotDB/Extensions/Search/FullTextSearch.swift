@@ -247,16 +247,19 @@ public struct SearchReader {
         do {
             while try statement.step() { results.append(row(statement)) }
         } catch {
-            // FTS5 reports a malformed query as SQLITE_ERROR ("fts5: syntax error near ...").
-            guard error.code == .sqlite, error.message.contains("fts5") || error.message.contains("syntax")
-            else {
-                throw error
-            }
-            throw DatabaseError(
-                .invalidQuery,
-                "the search \(query.debugDescription) is not a valid FTS5 query: \(error.message)",
-                sqliteCode: error.sqliteCode, cause: error)
+            throw Self.queryError(error, query: query)
         }
         return results
+    }
+
+    /// `invalidQuery` for an FTS5 syntax error in `query`; other errors unchanged.
+    static func queryError(_ error: DatabaseError, query: String) -> DatabaseError {
+        // FTS5 reports a malformed query as SQLITE_ERROR ("fts5: syntax error near ...").
+        guard error.code == .sqlite, error.message.contains("fts5") || error.message.contains("syntax") else {
+            return error
+        }
+        return DatabaseError(
+            .invalidQuery, "the search \(query.debugDescription) is not a valid FTS5 query: \(error.message)",
+            sqliteCode: error.sqliteCode, cause: error)
     }
 }

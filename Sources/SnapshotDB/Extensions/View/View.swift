@@ -220,20 +220,34 @@ struct ViewCommitRecord: Sendable {
     var touched: [ViewItem: Before?]
 }
 
+/// Which items may be in a view at all, decided outside its values (a search-results view's
+/// query): asked before the view's own grouping.
+struct ViewMembership {
+    /// Whether the item may be in the view, as the transaction reads it now.
+    let contains: (_ collection: String, _ key: String) throws(DatabaseError) -> Bool
+    /// Every item that may be in the view (for a rebuild, which then reads only those values).
+    let all: () throws(DatabaseError) -> [ViewItem]
+}
+
 /// Keeps a view's tables up to date during one read-write transaction.
 final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
     private let context: ExtensionContext
     private let order: ViewOrder<Value>
     private let tree: ViewTree
     private let collections: Set<String>?
+    private let membership: ViewMembership?
     /// Where each item the transaction touched was before it (first touch wins: a savepoint
     /// that rolls back does not change what an item was before the transaction).
     private var touched: [ViewItem: ViewCommitRecord.Before?] = [:]
 
-    init(context: ExtensionContext, order: ViewOrder<Value>, collections: Set<String>?) {
+    init(
+        context: ExtensionContext, order: ViewOrder<Value>, collections: Set<String>?,
+        membership: ViewMembership? = nil
+    ) {
         self.context = context
         self.order = order
         self.collections = collections
+        self.membership = membership
         self.tree = ViewTree(handle: context.handle, prefix: context.tablePrefix, caching: true)
     }
 
@@ -252,7 +266,8 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
     func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError) {
         let item = ViewItem(collection: collection, key: key)
         let value = try order.decode(data, item)
-        let group = order.group(collection, key, value)
+        let isMember = try membership?.contains(collection, key) ?? true
+        let group = isMember ? order.group(collection, key, value) : nil
         let location = try tree.location(of: item)
         try recordBefore(item, location: location)
         order.forget(item)
@@ -301,12 +316,24 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
     func rebuild() throws(DatabaseError) {
         try tree.removeEverything()
         var groups: [String: [(item: ViewItem, value: Value)]] = [:]
-        try context.forEachValue(inCollections: collections) {
-            (collection, key, data) throws(DatabaseError) in
+        func add(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {
             let item = ViewItem(collection: collection, key: key)
             let value = try order.decode(data, item)
             if let group = order.group(collection, key, value) {
                 groups[group, default: []].append((item, value))
+            }
+        }
+        if let membership {
+            // Only the members' values are read and decoded.
+            let read = try context.handle.statement(.getData)
+            for item in try membership.all() where collections?.contains(item.collection) ?? true {
+                guard let data = try read.fetchBlob(item.collection, item.key) else { continue }
+                try add(item.collection, item.key, data)
+            }
+        } else {
+            try context.forEachValue(inCollections: collections) {
+                (collection, key, data) throws(DatabaseError) in
+                try add(collection, key, data)
             }
         }
         for (group, members) in groups {
