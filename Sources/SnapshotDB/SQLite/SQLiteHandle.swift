@@ -27,6 +27,10 @@ final class SQLiteHandle {
     private var lastCommitFrames: WALCommitFrames?
     /// Statements of ``cachedStatement(_:)``, by SQL text.
     private var dynamicStatements: [String: SQLiteStatement] = [:]
+    /// Query fragments that passed ``checkFragment(_:policy:fragment:)``, by the SQL checked:
+    /// the same text names the same table and columns, so it is checked once (bounded, like
+    /// the statement cache).
+    var approvedFragments: Set<String> = []
 
     /// Opens `path` (`sqlite3_open_v2`) read-write without creating it: SnapshotDB creates new
     /// files itself so that it controls their mode. Handles use the `snapshotdb` VFS, the

@@ -224,6 +224,10 @@ final class SQLiteStatement {
     /// Whether column `index` of the current row is NULL.
     func isNull(at index: Int32) -> Bool { sqlite3_column_type(statement, index) == SQLITE_NULL }
 
+    /// The storage class of column `index` of the current row: `SQLITE_INTEGER`, `SQLITE_FLOAT`,
+    /// `SQLITE_TEXT`, `SQLITE_BLOB` or `SQLITE_NULL`.
+    func storageClass(at index: Int32) -> Int32 { sqlite3_column_type(statement, index) }
+
     /// Column `index` of the current row as a string, embedded NULs kept.
     func string(at index: Int32) -> String {
         let count = Int(sqlite3_column_bytes(statement, index))

@@ -1,3 +1,4 @@
+internal import CSQLite
 internal import Foundation
 
 /// A typed column of a ``SecondaryIndex``.
@@ -49,6 +50,18 @@ public enum IndexValue: Hashable, Sendable, ExpressibleByStringLiteral, Expressi
     public init(nilLiteral: ()) { self = .null }
     /// A boolean, stored as the integer 0 or 1 (as SQLite does).
     public init(booleanLiteral value: Bool) { self = .integer(value ? 1 : 0) }
+
+    /// The value stored in column `index` of `statement`'s current row, by its storage class
+    /// (a blob, which the index never stores, reads as `nil`).
+    init?(_ statement: SQLiteStatement, at index: Int32) {
+        switch statement.storageClass(at: index) {
+        case SQLITE_INTEGER: self = .integer(Int(statement.int64(at: index)))
+        case SQLITE_FLOAT: self = .real(statement.double(at: index))
+        case SQLITE_TEXT: self = .text(statement.string(at: index))
+        case SQLITE_NULL: self = .null
+        default: return nil
+        }
+    }
 
     func bind(to statement: SQLiteStatement, at index: Int32) throws(DatabaseError) {
         switch self {
@@ -112,9 +125,12 @@ public struct SecondaryIndex<Value: Decodable & Sendable>: ExtensionDefinition {
     func createTables(_ context: ExtensionContext) throws(DatabaseError) {
         try IndexTable.checkColumns(columns)
         let table = IndexTable(prefix: context.tablePrefix, columns: columns)
-        var sql = "CREATE TABLE \(table.name)(collection TEXT NOT NULL, key TEXT NOT NULL"
+        // A rowid table: each column's SQLite index then ends in an integer, and a query finds its
+        // rows by rowid, not by (collection, key) text (as a table keyed by an app's own rowid).
+        var sql =
+            "CREATE TABLE \(table.name)(id INTEGER PRIMARY KEY, collection TEXT NOT NULL, key TEXT NOT NULL"
         for column in columns { sql += ", \"\(column.name)\" \(column.sqlType)" }
-        sql += ", PRIMARY KEY (collection, key)) WITHOUT ROWID;"
+        sql += "); CREATE UNIQUE INDEX \(context.tablePrefix)item ON \(table.name)(collection, key);"
         for column in columns {
             sql +=
                 " CREATE INDEX \(context.tablePrefix)by_\(column.name) ON \(table.name)(\"\(column.name)\");"
@@ -162,10 +178,20 @@ struct IndexTable {
         }
     }
 
+    /// Inserts an item's row, or updates its columns in place (its rowid, and so the entries of
+    /// columns that did not change, stay).
     var upsert: String {
         let names = columns.map { "\"\($0.name)\"" }.joined(separator: ", ")
         let parameters = columns.indices.map { "?\($0 + 3)" }.joined(separator: ", ")
-        return "INSERT OR REPLACE INTO \(name)(collection, key, \(names)) VALUES (?1, ?2, \(parameters))"
+        let updates = columns.map { "\"\($0.name)\" = excluded.\"\($0.name)\"" }.joined(separator: ", ")
+        return "INSERT INTO \(name)(collection, key, \(names)) VALUES (?1, ?2, \(parameters)) "
+            + "ON CONFLICT(collection, key) DO UPDATE SET \(updates)"
+    }
+
+    /// An item's current columns.
+    var current: String {
+        let names = columns.map { "\"\($0.name)\"" }.joined(separator: ", ")
+        return "SELECT \(names) FROM \(name) WHERE collection = ?1 AND key = ?2"
     }
 }
 
@@ -174,6 +200,8 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
     private let context: ExtensionContext
     private let index: SecondaryIndex<Value>
     private let table: IndexTable
+    /// Set while the table is filled from empty: there is nothing stored to compare with.
+    private var rebuilding = false
 
     init(context: ExtensionContext, index: SecondaryIndex<Value>) {
         self.context = context
@@ -188,6 +216,7 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
             try willRemove(forKey: key, inCollection: collection)
             return
         }
+        if !rebuilding, try isStored(columns, key: key, collection: collection) { return }
         let upsert = try context.handle.cachedStatement(table.upsert)
         try upsert.bind(collection, at: 1)
         try upsert.bind(key, at: 2)
@@ -195,6 +224,25 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
             try (columns[column.name] ?? .null).bind(to: upsert, at: Int32(offset + 3))
         }
         try upsert.execute()
+    }
+
+    /// Whether the item's row already holds `columns`: most writes change no indexed column, and
+    /// then the index is not written at all (no page of it changes).
+    private func isStored(_ columns: [String: IndexValue], key: String, collection: String)
+        throws(DatabaseError)
+        -> Bool
+    {
+        let select = try context.handle.cachedStatement(table.current)
+        defer { select.reset() }
+        try select.bind(collection, at: 1)
+        try select.bind(key, at: 2)
+        guard try select.step() else { return false }
+        for (offset, column) in index.columns.enumerated() {
+            guard IndexValue(select, at: Int32(offset)) == (columns[column.name] ?? .null) else {
+                return false
+            }
+        }
+        return true
     }
 
     func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError) {
@@ -221,6 +269,8 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
 
     func rebuild() throws(DatabaseError) {
         try context.handle.execute("DELETE FROM \(table.name)")
+        rebuilding = true
+        defer { rebuilding = false }
         try context.forEachValue(inCollections: index.collections) {
             (collection, key, data) throws(DatabaseError) in
             try store(data, key: key, collection: collection)

@@ -63,6 +63,8 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
     private let context: ExtensionContext
     private let search: FullTextSearch<Value>
     private let prefix: String
+    /// Set while the tables are filled from empty: there is nothing stored to compare with.
+    private var rebuilding = false
 
     init(context: ExtensionContext, search: FullTextSearch<Value>) {
         self.context = context
@@ -73,6 +75,12 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
     private func store(_ data: Data, key: String, collection: String) throws(DatabaseError) {
         let value = try context.decode(Value.self, data, key: key, collection: collection)
         let texts = search.extract(collection, key, value)
+        // Most writes leave the indexed text as it was: then FTS5's index is not rewritten.
+        if !rebuilding, !texts.isEmpty,
+            try storedTexts(key: key, collection: collection) == search.columns.map({ texts[$0] ?? "" })
+        {
+            return
+        }
         try willRemove(forKey: key, inCollection: collection)
         guard !texts.isEmpty else { return }
         let map = try context.handle.cachedStatement(
@@ -90,6 +98,19 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
             try insert.bind(texts[column] ?? "", at: Int32(offset + 2))
         }
         try insert.execute()
+    }
+
+    /// The texts the index holds for the item, in column order, or `nil` when it holds none.
+    private func storedTexts(key: String, collection: String) throws(DatabaseError) -> [String]? {
+        let names = search.columns.map { "f.\"\($0)\"" }.joined(separator: ", ")
+        let select = try context.handle.cachedStatement(
+            "SELECT \(names) FROM \(prefix)map m JOIN \(prefix)fts f ON f.rowid = m.id "
+                + "WHERE m.collection = ?1 AND m.key = ?2")
+        defer { select.reset() }
+        try select.bind(collection, at: 1)
+        try select.bind(key, at: 2)
+        guard try select.step() else { return nil }
+        return search.columns.indices.map { select.string(at: Int32($0)) }
     }
 
     func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError) {
@@ -127,6 +148,8 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
 
     func rebuild() throws(DatabaseError) {
         try willRemoveAllCollections()
+        rebuilding = true
+        defer { rebuilding = false }
         try context.forEachValue(inCollections: search.collections) {
             (collection, key, data) throws(DatabaseError) in
             try store(data, key: key, collection: collection)
