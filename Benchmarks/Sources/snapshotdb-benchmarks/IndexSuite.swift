@@ -57,14 +57,17 @@ func runIndexSuite(_ context: SuiteContext) throws -> SuiteReport {
                 + "indexed table (and its FTS5 row).",
         ])
     let n = context.quick ? 50_000 : 1_000_000
-    let ids = ["i-build", "fts-build", "i-query", "i-query-txn", "fts-query", "i-commit", "i-commit-3", "fts-commit"]
+    let ids = [
+        "i-build", "fts-build", "i-query", "i-query-txn", "fts-query", "i-commit", "i-commit-3", "fts-commit",
+    ]
     guard ids.contains(where: context.wants) else { return report }
     let bench = try IndexBench(context: context, n: n)
     defer { bench.close() }
     try bench.load()
 
     func add(
-        _ id: String, _ title: String, ours: [Duration], plain: [Duration]?, grdb: [Duration], operations: Int,
+        _ id: String, _ title: String, ours: [Duration], plain: [Duration]?, grdb: [Duration],
+        operations: Int,
         target: (String, Double, versusGRDB: Bool)?
     ) {
         var cells = [
@@ -98,7 +101,8 @@ func runIndexSuite(_ context: SuiteContext) throws -> SuiteReport {
     }
     if context.wants("i-build") {
         add(
-            "i-build", "register an index over N values (total)", ours: builds[0], plain: nil, grdb: builds[2],
+            "i-build", "register an index over N values (total)", ours: builds[0], plain: nil,
+            grdb: builds[2],
             operations: 1, target: nil)
     }
     if context.wants("fts-build") {
@@ -131,7 +135,8 @@ func runIndexSuite(_ context: SuiteContext) throws -> SuiteReport {
             grdb.append(b)
         }
         add(
-            "fts-query", "full-text query, 50 ranked hits", ours: ours, plain: nil, grdb: grdb, operations: 200,
+            "fts-query", "full-text query, 50 ranked hits", ours: ours, plain: nil, grdb: grdb,
+            operations: 200,
             target: nil)
     }
 
@@ -220,7 +225,8 @@ final class IndexBench {
             try db.checkpoint(.truncate)
         }
         try pool.write { db in
-            let insert = try db.cachedStatement(sql: "INSERT INTO people(key, city, age, score) VALUES (?, ?, ?, ?)")
+            let insert = try db.cachedStatement(
+                sql: "INSERT INTO people(key, city, age, score) VALUES (?, ?, ?, ?)")
             for (index, person) in people.enumerated() {
                 try insert.execute(arguments: [benchmarkKey(index), person.city, person.age, person.score])
             }
@@ -345,7 +351,8 @@ final class IndexBench {
         }
         // bm25 ties may order differently; the sizes must agree.
         guard ours.map(\.count) == theirs.map(\.count), ours.contains(where: { $0.count == 50 }) else {
-            throw BenchmarkCheckFailed(description: "fts-query: SnapshotDB and GRDB found different numbers of hits")
+            throw BenchmarkCheckFailed(
+                description: "fts-query: SnapshotDB and GRDB found different numbers of hits")
         }
         return (ourTime, theirTime)
     }
@@ -383,8 +390,10 @@ final class IndexBench {
             totals[2] += try timed {
                 for (index, person) in slice {
                     try pool.write { db in
-                        try db.cachedStatement(sql: "UPDATE people SET city = ?, age = ?, score = ? WHERE key = ?")
-                            .execute(arguments: [person.city, person.age, person.score, benchmarkKey(index)])
+                        try db.cachedStatement(
+                            sql: "UPDATE people SET city = ?, age = ?, score = ? WHERE key = ?"
+                        )
+                        .execute(arguments: [person.city, person.age, person.score, benchmarkKey(index)])
                         if search {
                             try db.cachedStatement(sql: "UPDATE bios_fts SET bio = ? WHERE rowid = ?")
                                 .execute(arguments: [person.bio, index + 1])
