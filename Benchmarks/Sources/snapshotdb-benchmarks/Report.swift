@@ -8,15 +8,22 @@ enum Target {
     case fasterThanCRow(String, factor: Double)
 }
 
-/// Issue 6's targets by row id; every row must also be faster than GRDB.
+/// The targets by row id (issue 13's, which tightened issue 6's); every row must also beat
+/// GRDB: be faster, or for the raw fsync-bound rows (``rawRows``) lie within GRDB's spread.
 let targets: [String: Target] = [
-    "a": .atMostTimesC(1.25),
-    "b": .atMostTimesC(1.4),
-    "c": .atMostTimesC(1.25),
-    "d": .atMostTimesC(2),
+    "a": .atMostTimesC(1.1),
+    "b": .atMostTimesC(1.15),
+    "b2": .atMostTimesC(1.2),
+    "c": .atMostTimesC(1.0),
+    "d": .atMostTimesC(1.2),
     "d-idle": .atMostTimesC(2),
-    "e": .fasterThanCRow("b", factor: 3),
+    "e": .fasterThanCRow("b", factor: 5),
 ]
+
+/// One-row commit rows where SnapshotDB writes one page more than GRDB (its persisted commit
+/// counter, which the design keeps): their GRDB comparison is the equal-work `-counter` row,
+/// and here SnapshotDB's median must lie within (or below) GRDB's spread over the rounds.
+let rawRows: Set<String> = ["c-normal", "c-checkpointing", "g"]
 
 /// The results of a run as a Markdown table, with a verdict for each target.
 struct Report {
@@ -70,7 +77,14 @@ struct Report {
                 }
             case nil: break
             }
-            if let ratioGRDB { verdicts.append(verdict("< GRDB", ratioGRDB < 1)) }
+            if rawRows.contains(workload.id), let ours, let spread = spread(result, grdb) {
+                verdicts.append(
+                    verdict(
+                        "within GRDB's spread (\(format(seconds: spread.min))–\(format(seconds: spread.max)))",
+                        ours <= spread.max))
+            } else if let ratioGRDB {
+                verdicts.append(verdict("< GRDB", ratioGRDB < 1))
+            }
             let cells = [
                 workload.id, describe(workload), grouped(workload.operations),
                 time(ours, result, snapshotDB), time(c, result, sqlite), time(other, result, grdb),
@@ -80,6 +94,16 @@ struct Report {
             lines.append("| " + cells.joined(separator: " | ") + " |")
         }
         return lines.joined(separator: "\n")
+    }
+
+    /// The fastest and slowest round of `engine`, per operation.
+    private func spread(_ result: WorkloadResult, _ engine: String) -> (min: Double, max: Double)? {
+        guard let rounds = result.rounds[engine], let low = rounds.min(), let high = rounds.max() else {
+            return nil
+        }
+        let scale =
+            result.workload.statistic == .timePerOperation ? Double(max(1, result.workload.operations)) : 1
+        return (low.seconds / scale, high.seconds / scale)
     }
 
     private mutating func verdict(_ target: String, _ met: Bool) -> String {
@@ -96,12 +120,21 @@ struct Report {
 
     private func time(_ seconds: Double?, _ result: WorkloadResult, _ engine: String) -> String {
         guard let seconds else { return "–" }
+        if rawRows.contains(result.workload.id), let spread = spread(result, engine) {
+            let median =
+                result.workload.statistic == .worst
+                ? time(seconds, worst: result, engine) : format(seconds: seconds)
+            return "\(median) (\(format(seconds: spread.min))–\(format(seconds: spread.max)))"
+        }
         switch result.workload.statistic {
         case .timePerOperation: return format(seconds: seconds)
-        case .worst:
-            let p99 = result.percentile99[engine].map { format(seconds: $0.seconds) } ?? "–"
-            return "\(format(seconds: seconds)); \(p99)"
+        case .worst: return time(seconds, worst: result, engine)
         }
+    }
+
+    private func time(_ seconds: Double, worst result: WorkloadResult, _ engine: String) -> String {
+        let p99 = result.percentile99[engine].map { format(seconds: $0.seconds) } ?? "–"
+        return "\(format(seconds: seconds)); \(p99)"
     }
 }
 

@@ -1,4 +1,378 @@
-/// The `scaling` suite (see SuiteName/scaling).
+import Foundation
+import Logging
+import SnapshotDB
+
+/// The `scaling` suite (see ``SuiteName/scaling``): costs measured at three sizes of what should
+/// not matter (database size, commits jumped, connections) or of the work itself (keys changed),
+/// with the growth factor from each step to the next.
 func runScalingSuite(_ context: SuiteContext) throws -> SuiteReport {
-    SuiteReport(title: "scaling", columns: [])
+    var report = SuiteReport(
+        title: "scaling (issue 13)",
+        columns: ["step 1", "step 2", "step 3", "growth per step", "SQLite C", "C growth"],
+        notes: [
+            "Each row gives its three steps in its title; times are per operation, the growth is each step's "
+                + "time over the previous step's (the worst of the two). Rows that should not grow have the "
+                + "target ≤ 1.5× per step; adv-keys is per key changed.",
+            "adv-size: advance a bookmark past one one-row commit and read the row, at three database sizes "
+                + "(SQLite C: COMMIT; BEGIN; SELECT on one connection). adv-keys: advance past one commit that "
+                + "changed K keys (per key). adv-commits: advance past J one-row commits (per advance); "
+                + "summary: fold the returned changesets into a ChangeSummary (per changeset) and ask "
+                + "hasChange(forKey:inCollection:) (per question).",
+            "commit-conns: one-row commits (synchronous NORMAL) with 1, 100 and 1,000 open connections that each "
+                + "read once; commit-laggard: the same with one of them holding a bookmark from before. commit-p99: "
+                + "the 99th percentile over the median of one-row commits with 100 bookmarked readers that "
+                + "advance every 10 commits. mem-laggard: resident memory (/proc/self/statm) before, while a "
+                + "bookmark lags 100,000 commits (10,000 with --quick), and after it advanced.",
+        ])
+    let quick = context.quick
+    let sizes = quick ? [1_000, 10_000, 100_000] : [10_000, 100_000, 1_000_000]
+
+    func growth(_ values: [Double]) -> Double {
+        zip(values.dropFirst(), values).map { $0 / max($1, 1e-12) }.max() ?? .nan
+    }
+
+    func add(
+        _ id: String, _ title: String, n: Int, _ values: [Double], c: [Double]? = nil, limit: Double?,
+        format cell: (Double) -> String = { format(seconds: $0) }
+    ) {
+        var cells: [String: String] = [:]
+        for (index, value) in values.enumerated() { cells["step \(index + 1)"] = cell(value) }
+        let factor = growth(values)
+        cells["growth per step"] = format(ratio: factor)
+        if let c {
+            cells["SQLite C"] = c.map { format(seconds: $0) }.joined(separator: " / ")
+            cells["C growth"] = format(ratio: growth(c))
+        }
+        var row = SuiteRow(id: id, title: title, n: n, cells: cells)
+        if let limit {
+            report.verdict("≤ \(format(ratio: limit)) per step", factor <= limit, to: &row)
+        } else {
+            row.verdicts = ["no target"]
+        }
+        report.rows.append(row)
+    }
+
+    let bench = ScalingBench(context: context)
+
+    if context.wants("adv-size") {
+        var ours: [Double] = []
+        var c: [Double] = []
+        for size in sizes {
+            context.progress("(adv-size) \(grouped(size)) keys")
+            let (a, b) = try bench.advanceBySize(keys: size, advances: 200)
+            ours.append(a)
+            c.append(b)
+        }
+        add(
+            "adv-size", "advance past one commit, \(sizes.map(grouped).joined(separator: " / ")) keys",
+            n: sizes.last!, ours, c: c, limit: 1.5)
+    }
+    if context.wants("adv-keys") {
+        let steps = quick ? [1, 100, 1_000] : [1, 100, 10_000]
+        var perKey: [Double] = []
+        for keys in steps {
+            context.progress("(adv-keys) one commit of \(grouped(keys)) keys")
+            perKey.append(try bench.advanceByKeysChanged(keys) / Double(keys))
+        }
+        add(
+            "adv-keys",
+            "advance past one commit of \(steps.map(grouped).joined(separator: " / ")) keys (per key)",
+            n: steps.last!, perKey, limit: 1.5)
+    }
+    if context.wants("adv-commits") || context.wants("summary") {
+        let steps = quick ? [1, 100, 1_000] : [1, 100, 10_000]
+        var advances: [Double] = []
+        var folds: [Double] = []
+        var questions: [Double] = []
+        for commits in steps {
+            context.progress("(adv-commits) advance past \(grouped(commits)) commits")
+            let (advance, fold, question) = try bench.advanceByCommitsJumped(commits)
+            advances.append(advance)
+            folds.append(fold / Double(commits))
+            questions.append(question)
+        }
+        if context.wants("adv-commits") {
+            add(
+                "adv-commits",
+                "advance past \(steps.map(grouped).joined(separator: " / ")) one-row commits (per advance, per commit)",
+                n: steps.last!, zip(advances, steps).map { $0 / Double($1) }, limit: 1.5)
+        }
+        if context.wants("summary") {
+            add(
+                "summary-fold", "fold the changesets of 1 / 100 / … commits into a summary (per changeset)",
+                n: steps.last!, folds, limit: 1.5)
+            add(
+                "summary-ask", "hasChange(forKey:) on that summary (per question)", n: steps.last!, questions,
+                limit: 1.5)
+        }
+    }
+    for (id, laggard) in [("commit-conns", false), ("commit-laggard", true)] where context.wants(id) {
+        let steps = [1, 100, 1_000]
+        var times: [Double] = []
+        for connections in steps {
+            context.progress("(\(id)) \(grouped(connections)) connections")
+            times.append(try bench.commitCost(connections: connections, laggard: laggard, commits: 500))
+        }
+        add(
+            id,
+            "one-row commit, NORMAL, 1 / 100 / 1,000 connections" + (laggard ? ", one a laggard" : ""),
+            n: 1_000, times, limit: 1.5)
+    }
+    if context.wants("commit-p99") {
+        context.progress("(commit-p99) 100 bookmarked readers")
+        let (median, p99) = try bench.commitLatencyWithReaders(100, commits: quick ? 1_000 : 3_000)
+        let (cMedian, cP99) = try bench.commitLatencyOfC(commits: quick ? 1_000 : 3_000)
+        var row = SuiteRow(
+            id: "commit-p99",
+            title: "one-row commit with 100 bookmarked readers: median; p99; p99 / median (C: no readers)",
+            n: 100,
+            cells: [
+                "step 1": format(seconds: median), "step 2": format(seconds: p99),
+                "growth per step": format(ratio: p99 / median),
+                "SQLite C": "\(format(seconds: cMedian)) / \(format(seconds: cP99))",
+                "C growth": format(ratio: cP99 / cMedian),
+            ])
+        report.verdict("p99 ≤ 3× median", p99 <= 3 * median, to: &row)
+        report.rows.append(row)
+    }
+    if context.wants("mem-laggard") {
+        let commits = quick ? 10_000 : 100_000
+        context.progress("(mem-laggard) a bookmark lags \(grouped(commits)) commits")
+        let (baseline, lagging, after) = try bench.memoryWithLaggard(commits: commits)
+        let mib = { (bytes: Double) in String(format: "%.1f MiB", bytes / 1_048_576) }
+        var row = SuiteRow(
+            id: "mem-laggard",
+            title: "resident memory: before; lagging \(grouped(commits)) commits; after advance",
+            n: commits,
+            cells: [
+                "step 1": mib(baseline), "step 2": mib(lagging), "step 3": mib(after),
+                "growth per step": format(ratio: after / baseline),
+            ])
+        report.verdict("after ≤ before + 8 MiB", after <= baseline + 8 * 1_048_576, to: &row)
+        report.rows.append(row)
+    }
+    return report
+}
+
+/// The databases and connections of the scaling suite.
+final class ScalingBench {
+    let context: SuiteContext
+    private var counter = 0
+
+    init(context: SuiteContext) { self.context = context }
+
+    private func newPath(_ name: String) -> String {
+        counter += 1
+        return context.freshPath("scaling-\(name)-\(counter).sqlite")
+    }
+
+    private func open(
+        _ path: String, sync: SnapshotDB.Configuration.Synchronous = .normal,
+        configure: (inout SnapshotDB.Configuration) -> Void = { _ in }
+    ) throws -> SnapshotDB.Database {
+        var configuration = SnapshotDB.Configuration()
+        configuration.synchronous = sync
+        configuration.checkpointLogger = Logger(label: "snapshotdb.checkpoint") { _ in
+            SwiftLogNoOpLogHandler()
+        }
+        configure(&configuration)
+        return try SnapshotDB.Database(path: path, configuration: configuration)
+    }
+
+    private func load(_ db: SnapshotDB.Database, keys: Int) throws {
+        let payload = benchmarkPayload()
+        try db.newConnection(name: "load").readWrite { txn in
+            for index in 0..<keys {
+                try txn.setData(payload, forKey: benchmarkKey(index), inCollection: "bench")
+            }
+        }
+        try db.checkpoint(.truncate)
+    }
+
+    /// Seconds per advance past one one-row commit with `keys` keys, for SnapshotDB and C (through
+    /// the core table's subjects, the workload of row d).
+    func advanceBySize(keys: Int, advances: Int) throws -> (Double, Double) {
+        var generator = SplitMix64(seed: UInt64(keys))
+        let writeKeys = (0..<(advances + advanceWarmUp)).map { _ in
+            benchmarkKey(Int(generator.next() % UInt64(keys)))
+        }
+        var results: [Double] = []
+        for engine in [SnapshotDBSubject.self, SQLiteSubject.self] as [any Subject.Type] {
+            let subject = try engine.init(path: newPath("size"), sync: .normal, checkpoints: .engineDefault)
+            try subject.load(keys: (0..<keys).map(benchmarkKey), payload: benchmarkPayload())
+            let time = try subject.advanceAndRead(keys: writeKeys, iterations: advances, writes: true)
+            try subject.close()
+            results.append(time.seconds / Double(advances))
+        }
+        return (results[0], results[1])
+    }
+
+    /// Seconds for one advance past one commit that changed `changed` keys (median of 5).
+    func advanceByKeysChanged(_ changed: Int) throws -> Double {
+        let db = try open(newPath("keys"))
+        defer { try? db.close() }
+        try load(db, keys: max(changed, 10_000))
+        let writer = db.newConnection(name: "writer")
+        let reader = db.newConnection(name: "reader")
+        try reader.beginLongLivedReadTransaction()
+        var times: [Duration] = []
+        for round in 0..<5 {
+            let payload = benchmarkPayload(stamp: UInt32(round + 1))
+            try writer.readWrite { txn in
+                for index in 0..<changed {
+                    try txn.setData(payload, forKey: benchmarkKey(index), inCollection: "bench")
+                }
+            }
+            var jumped = 0
+            times.append(try timed { jumped = try reader.beginLongLivedReadTransaction().count })
+            guard jumped == 1 else {
+                throw BenchmarkCheckFailed(description: "adv-keys jumped \(jumped) commits")
+            }
+        }
+        return median(times).seconds
+    }
+
+    /// For an advance past `commits` one-row commits: seconds for the advance, for folding its
+    /// changesets into a summary, and per `hasChange` question on the summary.
+    func advanceByCommitsJumped(_ commits: Int) throws -> (Double, Double, Double) {
+        let db = try open(newPath("commits")) { $0.commitLogRetention = 1_000_000 }
+        defer { try? db.close() }
+        try load(db, keys: 10_000)
+        let writer = db.newConnection(name: "writer")
+        let reader = db.newConnection(name: "reader")
+        var advances: [Duration] = []
+        var folds: [Duration] = []
+        var questions: [Duration] = []
+        var generator = SplitMix64(seed: UInt64(commits))
+        for round in 0..<3 {
+            try reader.beginLongLivedReadTransaction()
+            let payload = benchmarkPayload(stamp: UInt32(round + 1))
+            for _ in 0..<commits {
+                let key = benchmarkKey(Int(generator.next() % 10_000))
+                try writer.readWrite { txn in try txn.setData(payload, forKey: key, inCollection: "bench") }
+            }
+            var changesets: [Changeset] = []
+            advances.append(try timed { changesets = try reader.beginLongLivedReadTransaction() })
+            let jumped = changesets.reduce(0) { $0 + $1.commits.count }
+            guard jumped == commits else {
+                throw BenchmarkCheckFailed(description: "adv-commits jumped \(jumped) of \(commits) commits")
+            }
+            var summary: ChangeSummary?
+            folds.append(timed { summary = changesets.summary })
+            let asked = (0..<1_000).map { benchmarkKey($0 * 10) }
+            var found = 0
+            questions.append(
+                timed {
+                    for key in asked where summary!.hasChange(forKey: key, inCollection: "bench") {
+                        found += 1
+                    }
+                })
+            _ = found
+        }
+        return (median(advances).seconds, median(folds).seconds, median(questions).seconds / 1_000)
+    }
+
+    /// Seconds per one-row commit (NORMAL) with `connections` open connections that each read
+    /// once, one of them bookmarked before the commits when `laggard`.
+    func commitCost(connections: Int, laggard: Bool, commits: Int) throws -> Double {
+        let db = try open(newPath("conns"))
+        defer { try? db.close() }
+        try load(db, keys: 10_000)
+        let others = (0..<connections).map { db.newConnection(name: "c\($0)") }
+        for connection in others {
+            _ = try connection.read { try $0.data(forKey: benchmarkKey(1), inCollection: "bench") }
+        }
+        if laggard { try others[0].beginLongLivedReadTransaction() }
+        let writer = db.newConnection(name: "writer")
+        var generator = SplitMix64(seed: 99)
+        let keys = (0..<commits).map { _ in benchmarkKey(Int(generator.next() % 10_000)) }
+        let payloads = (0..<commits).map { benchmarkPayload(stamp: UInt32($0 + 1)) }
+        let time = try timed {
+            for (key, payload) in zip(keys, payloads) {
+                try writer.readWrite { txn in try txn.setData(payload, forKey: key, inCollection: "bench") }
+            }
+        }
+        withExtendedLifetime(others) {}
+        return time.seconds / Double(commits)
+    }
+
+    /// The median and 99th percentile of one-row commit latency (NORMAL) while `readers`
+    /// bookmarked connections advance after every 10 commits (on other threads).
+    func commitLatencyWithReaders(_ readers: Int, commits: Int) throws -> (Double, Double) {
+        let db = try open(newPath("p99"))
+        defer { try? db.close() }
+        try load(db, keys: 10_000)
+        let connections = (0..<readers).map { db.newConnection(name: "r\($0)") }
+        for connection in connections { try connection.beginLongLivedReadTransaction() }
+        let writer = db.newConnection(name: "writer")
+        var latencies: [Duration] = []
+        latencies.reserveCapacity(commits)
+        for index in 0..<commits {
+            let payload = benchmarkPayload(stamp: UInt32(index + 1))
+            let key = benchmarkKey(index % 10_000)
+            latencies.append(
+                try timed {
+                    try writer.readWrite { txn in try txn.setData(payload, forKey: key, inCollection: "bench")
+                    }
+                })
+            if index % 10 == 9 {
+                DispatchQueue.concurrentPerform(iterations: connections.count) { reader in
+                    _ = try? connections[reader].beginLongLivedReadTransaction()
+                }
+            }
+        }
+        return (median(latencies).seconds, percentile(latencies, 0.99).seconds)
+    }
+
+    /// The median and 99th percentile of raw SQLite's one-row commits (NORMAL, its own
+    /// auto-checkpoints, no readers), through the core table's C subject.
+    func commitLatencyOfC(commits: Int) throws -> (Double, Double) {
+        let subject = try SQLiteSubject(path: newPath("p99-c"), sync: .normal, checkpoints: .engineDefault)
+        defer { try? subject.close() }
+        try subject.load(keys: (0..<10_000).map(benchmarkKey), payload: benchmarkPayload())
+        let latencies = try subject.writeTransactions(
+            keys: (0..<commits).map { benchmarkKey($0 % 10_000) },
+            payloads: (0..<commits).map { benchmarkPayload(stamp: UInt32($0 + 1)) }, laggardAfter: nil,
+            bumpingCounter: true)
+        return (median(latencies).seconds, percentile(latencies, 0.99).seconds)
+    }
+
+    /// Resident bytes before, while a bookmark lags `commits` one-row commits, and after it
+    /// advanced (with SnapshotDB's default commit-log retention).
+    func memoryWithLaggard(commits: Int) throws -> (Double, Double, Double) {
+        let db = try open(newPath("memory"))
+        defer { try? db.close() }
+        try load(db, keys: 10_000)
+        let writer = db.newConnection(name: "writer")
+        let laggard = db.newConnection(name: "laggard")
+        // Warm every path once, so that the baseline holds what any run holds.
+        try writer.readWrite { txn in
+            try txn.setData(benchmarkPayload(), forKey: benchmarkKey(0), inCollection: "bench")
+        }
+        try laggard.beginLongLivedReadTransaction()
+        let baseline = residentBytes()
+        for index in 0..<commits {
+            let payload = benchmarkPayload(stamp: UInt32(index + 1))
+            try writer.readWrite { txn in
+                try txn.setData(payload, forKey: benchmarkKey(index % 10_000), inCollection: "bench")
+            }
+        }
+        let lagging = residentBytes()
+        let changesets = try laggard.beginLongLivedReadTransaction()
+        let jumped = changesets.reduce(0) { $0 + $1.commits.count }
+        guard jumped == commits else {
+            throw BenchmarkCheckFailed(description: "mem-laggard jumped \(jumped) of \(commits) commits")
+        }
+        _ = changesets
+        let after = residentBytes()
+        return (baseline, lagging, after)
+    }
+}
+
+/// The process's resident set, from `/proc/self/statm` (pages × page size).
+func residentBytes() -> Double {
+    guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
+        let resident = statm.split(separator: " ").dropFirst().first.flatMap({ Double($0) })
+    else { return .nan }
+    return resident * Double(sysconf(Int32(_SC_PAGESIZE)))
 }
