@@ -49,6 +49,8 @@ public final class Database: Sendable {
     let extensionCount = Atomic<Int>(0)
     /// Set by ``close()``: every call after it throws `databaseClosed`.
     let closed = Atomic<Bool>(false)
+    /// What extension writers keep from one write transaction to the next.
+    let extensionCaches = ExtensionCaches()
 
     /// Opens or creates the database at `path` with the default configuration.
     ///

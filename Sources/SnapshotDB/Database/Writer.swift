@@ -89,6 +89,7 @@ final class Writer: Sendable {
             commit: start + 1, connectionName: connection.name, info: transaction.info,
             extensionChanges: extensionChanges)
         try commit(changeset, sealing: false, on: handle, database: database, writer: connection)
+        transaction.extensionWriters.didCommit(changeset.commit, from: start)
         connection.cache.invalidate(with: changeset)
         connection.cache.commit = changeset.commit
         return result

@@ -81,11 +81,16 @@ protocol ExtensionWriter: AnyObject {
     /// A savepoint was rolled back: SQLite undid its rows, so forget anything read or held
     /// since (``flush()`` ran when the savepoint began, so nothing older is lost).
     func discardCache()
+    /// After the transaction committed (``finish()`` ran): what the writer keeps for the next
+    /// write transaction, which gets it only if it starts from this commit (see
+    /// ``ExtensionCaches``); `nil` for nothing.
+    func keptCache() -> AnyObject?
 }
 
 extension ExtensionWriter {
     func flush() throws(DatabaseError) {}
     func discardCache() {}
+    func keptCache() -> AnyObject? { nil }
 }
 
 /// What an extension's code works with inside a transaction: the SQLite handle, the codecs,

@@ -87,6 +87,21 @@ final class ExtensionWriters {
         for writer in writers.values { writer.discardCache() }
     }
 
+    /// The transaction that started from `start` made `commit`: the writers' caches go to the
+    /// database for the next write transaction.
+    func didCommit(_ commit: UInt64, from start: UInt64) {
+        guard !writers.isEmpty || !reset.isEmpty else {
+            core.database.extensionCaches.didCommit(commit, from: start, kept: [:], written: [])
+            return
+        }
+        var kept: [String: AnyObject] = [:]
+        for (name, writer) in writers where !reset.contains(name) {
+            if let cache = writer.keptCache() { kept[name] = cache }
+        }
+        core.database.extensionCaches.didCommit(
+            commit, from: start, kept: kept, written: Set(writers.keys).union(reset))
+    }
+
     /// What the extensions add to the commit's changeset.
     func finish() throws(DatabaseError) -> ExtensionChanges {
         var changes = ExtensionChanges(reset: reset)

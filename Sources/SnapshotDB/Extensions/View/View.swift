@@ -154,7 +154,9 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
     let context: ExtensionContext
     let group: @Sendable (String, String, Value) -> String?
     let areInIncreasingOrder: @Sendable (Value, Value) -> Bool
-    private var decoded: [ViewItem: Value] = [:]
+    /// Values decoded for comparisons, kept from one write transaction to the next (see
+    /// ``ViewWriterCache``).
+    var decoded: [ViewItem: Value] = [:]
 
     init(
         context: ExtensionContext, group: @escaping @Sendable (String, String, Value) -> String?,
@@ -229,6 +231,28 @@ struct ViewMembership {
     let all: () throws(DatabaseError) -> [ViewItem]
 }
 
+/// What a view's writer keeps from one write transaction to the next: the nodes it read or
+/// wrote (the branches at least, which every insertion reads), the groups, and the values it
+/// decoded to compare items. Valid only for the commit it is stamped with (``ExtensionCaches``).
+final class ViewWriterCache<Value> {
+    let nodes: [Int64: ViewTree.Node]
+    let groups: [String: (root: Int64, count: Int)?]
+    let decoded: [ViewItem: Value]
+
+    init(
+        nodes: [Int64: ViewTree.Node], groups: [String: (root: Int64, count: Int)?],
+        decoded: [ViewItem: Value]
+    ) {
+        self.nodes = nodes
+        self.groups = groups
+        self.decoded = decoded
+    }
+
+    /// At most this many nodes, and this many decoded values, are kept between transactions.
+    static var nodeLimit: Int { 1_024 }
+    static var decodedLimit: Int { 20_000 }
+}
+
 /// Keeps a view's tables up to date during one read-write transaction.
 final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
     private let context: ExtensionContext
@@ -249,6 +273,20 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
         self.collections = collections
         self.membership = membership
         self.tree = ViewTree(handle: context.handle, prefix: context.tablePrefix, caching: true)
+        if let transaction = context.transaction,
+            let cache = transaction.core.database.extensionCaches.take(context.name, at: transaction.commit)
+                as? ViewWriterCache<Value>
+        {
+            tree.seed(nodes: cache.nodes, groups: cache.groups)
+            order.decoded = cache.decoded
+        }
+    }
+
+    func keptCache() -> AnyObject? {
+        let (nodes, groups) = tree.cachedState(limit: ViewWriterCache<Value>.nodeLimit)
+        return ViewWriterCache(
+            nodes: nodes, groups: groups,
+            decoded: order.decoded.count <= ViewWriterCache<Value>.decodedLimit ? order.decoded : [:])
     }
 
     /// Records where `item` is before the transaction changes it, the first time.

@@ -59,6 +59,9 @@ final class ViewTree {
     /// changes its count twice and its row not at all.
     private var groupCache: [String: (root: Int64, count: Int)?] = [:]
     private var dirtyGroups: Set<String> = []
+    /// The rows of the dirty groups as they were read or last written: a group whose count went
+    /// down and back up (an item moved within it) is not written again.
+    private var storedGroups: [String: (root: Int64, count: Int)?] = [:]
     private let caches: Bool
 
     /// A tree over the tables named with `prefix`; `caching` for a write transaction's writer
@@ -73,9 +76,13 @@ final class ViewTree {
     func flush() throws(DatabaseError) {
         for name in dirtyGroups.sorted() {
             let group = groupCache[name] ?? nil
+            if let stored = storedGroups[name], stored?.root == group?.root, stored?.count == group?.count {
+                continue
+            }
             try writeGroup(name, root: group?.root ?? 0, count: group?.count ?? 0)
         }
         dirtyGroups.removeAll(keepingCapacity: true)
+        storedGroups.removeAll(keepingCapacity: true)
         guard !dirty.isEmpty else { return }
         let update = try statement("INSERT OR REPLACE INTO \(prefix)node(id, data) VALUES (?1, ?2)")
         for id in dirty.sorted() {
@@ -87,12 +94,29 @@ final class ViewTree {
         dirty.removeAll(keepingCapacity: true)
     }
 
+    /// The cached nodes and groups, all written (after ``flush()``), at most `limit` nodes
+    /// (branches first: every descent reads them), to seed the next transaction's tree.
+    func cachedState(limit: Int) -> (nodes: [Int64: Node], groups: [String: (root: Int64, count: Int)?]) {
+        guard dirty.isEmpty, dirtyGroups.isEmpty else { return ([:], [:]) }
+        var nodes = cache
+        if nodes.count > limit { nodes = nodes.filter { !$0.value.isLeaf } }
+        if nodes.count > limit { nodes = [:] }
+        return (nodes, groupCache)
+    }
+
+    /// Starts from the nodes and groups a previous transaction left (see ``cachedState(limit:)``).
+    func seed(nodes: [Int64: Node], groups: [String: (root: Int64, count: Int)?]) {
+        cache = nodes
+        groupCache = groups
+    }
+
     /// Forgets every cached node, written or not: after a savepoint rolled the rows back.
     func discardCache() {
         cache.removeAll()
         dirty.removeAll()
         groupCache.removeAll()
         dirtyGroups.removeAll()
+        storedGroups.removeAll()
     }
 
     private func remember(_ node: Node) throws(DatabaseError) {
@@ -186,6 +210,10 @@ final class ViewTree {
 
     func saveGroup(_ name: String, root: Int64, count: Int) throws(DatabaseError) {
         guard caches else { return try writeGroup(name, root: root, count: count) }
+        if !dirtyGroups.contains(name) {
+            // What the row holds now: the cache entry, read before any change (or nothing known).
+            if let stored = groupCache[name] { storedGroups[name] = .some(stored) }
+        }
         groupCache[name] = .some(count == 0 ? nil : (root, count))
         dirtyGroups.insert(name)
     }
