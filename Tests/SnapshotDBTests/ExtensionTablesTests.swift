@@ -80,4 +80,58 @@ struct ExtensionTablesTests {
             #expect(legacy.trimmingCharacters(in: .whitespacesAndNewlines) == "0")
         }
     }
+
+    /// The view's writer keeps nodes and decoded values from one write transaction to the next
+    /// only while nothing else committed: a foreign write in between (sealed and rebuilt) and a
+    /// rolled-back transaction must not leave it reusing what no longer holds.
+    @Test func keptWriterStateIsDroppedWhenAnotherCommitComesBetween() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            func note(_ title: String, _ folder: String = "inbox") -> Note {
+                Note(title: title, folder: folder, archived: false)
+            }
+            try writer.readWrite { txn in
+                for index in 0..<300 {
+                    try txn.set(
+                        note(String(format: "%04d", index * 7 % 300)), forKey: "n\(index)",
+                        inCollection: "notes")
+                }
+            }
+            // The writer now holds the tree's branches and decoded titles. A foreign client moves
+            // notes and removes one; SnapshotDB seals that write and rebuilds the view.
+            try sqlite3(
+                db.path,
+                """
+                UPDATE snapshotdb_values SET data = CAST('{"archived":false,"folder":"inbox","title":"9999"}' AS BLOB)
+                WHERE collection = 'notes' AND key IN ('n1', 'n2', 'n3');
+                DELETE FROM snapshotdb_values WHERE collection = 'notes' AND key = 'n4';
+                """)
+            try writer.readWrite { txn in
+                try txn.set(note("0001"), forKey: "n5", inCollection: "notes")
+                try txn.set(note("9998"), forKey: "n6", inCollection: "notes")
+            }
+            try writer.read { txn throws in
+                let rows = ViewTests.rows(try txn.view(named: "byTitle"))
+                #expect(rows == (try ViewTests.expectedRows(txn)))
+            }
+            // A transaction that moves notes and then fails leaves nothing behind either.
+            struct Abandon: Error {}
+            #expect(throws: Abandon.self) {
+                try writer.readWrite { txn in
+                    for index in 10..<60 {
+                        try txn.set(note("5000", "work"), forKey: "n\(index)", inCollection: "notes")
+                    }
+                    throw Abandon()
+                }
+            }
+            try writer.readWrite { txn in
+                for index in 60..<70 { try txn.set(note("0002"), forKey: "n\(index)", inCollection: "notes") }
+            }
+            try writer.read { txn throws in
+                let rows = ViewTests.rows(try txn.view(named: "byTitle"))
+                #expect(rows == (try ViewTests.expectedRows(txn)))
+            }
+        }
+    }
 }
