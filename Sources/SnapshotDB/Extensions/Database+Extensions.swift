@@ -153,7 +153,12 @@ extension ReadTransaction {
     /// reads every write made before it.
     func checkInstalled(_ definition: any ExtensionDefinition) throws(DatabaseError) {
         try checkActive()
-        if let transaction = self as? ReadWriteTransaction { try transaction.extensionWriters.flush() }
+        let isWrite = self is ReadWriteTransaction
+        if isWrite {
+            try (self as! ReadWriteTransaction).extensionWriters.flush()
+        } else if installedExtensions.contains(definition.name + "\u{0}" + definition.version) {
+            return
+        }
         let installed = try? ExtensionCatalog.installed(definition.name, handle: core.handle())
         guard let installed, installed.version == ExtensionCatalog.storedVersion(definition),
             installed.kind == definition.kind
@@ -164,6 +169,8 @@ extension ReadTransaction {
                     + "transaction reads (commit \(commit)); advance the bookmark to a commit made after it was registered"
             )
         }
+        // A write transaction may register or drop extensions itself: it looks each time.
+        if !isWrite { installedExtensions.insert(definition.name + "\u{0}" + definition.version) }
     }
 }
 

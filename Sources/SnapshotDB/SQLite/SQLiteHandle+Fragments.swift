@@ -6,8 +6,19 @@ internal import Foundation
 struct FragmentPolicy: Sendable {
     /// The table the fragment is compiled against.
     let table: String
+    /// The columns it may read, in the order they were declared.
+    let columnList: [String]
+    /// The columns as one string: part of the key under which an approval is kept.
+    let columnsKey: String
+
     /// The columns it may read.
-    let columns: Set<String>
+    var columns: Set<String> { Set(columnList) }
+
+    init(table: String, columns: [String]) {
+        self.table = table
+        self.columnList = columns
+        self.columnsKey = columns.joined(separator: ",")
+    }
 
     /// Functions that only compute a value from their arguments: no side effects, no reads, no
     /// randomness, bounded memory. Anything else (`load_extension`, `random`, `zeroblob`,
@@ -39,7 +50,7 @@ private final class FragmentAuthorizer {
         case SQLITE_READ:
             guard first == policy.table else { return refuse("table \(first ?? "?")") }
             // An empty column name: the table is read without any of its columns (`SELECT 1`).
-            guard let column = second, column.isEmpty || policy.columns.contains(column) else {
+            guard let column = second, column.isEmpty || policy.columnList.contains(column) else {
                 return refuse(
                     "column \(second ?? "?") (the index's columns are \(policy.columns.sorted().joined(separator: ", ")))"
                 )
@@ -70,7 +81,7 @@ extension SQLiteHandle {
     ///   column outside the index, a subquery, a second statement, a function with side
     ///   effects, a syntax error).
     func checkFragment(_ sql: String, policy: FragmentPolicy, fragment: String) throws(DatabaseError) {
-        let approval = policy.columns.sorted().joined(separator: ",") + "|" + sql
+        let approval = policy.columnsKey + "|" + sql
         if approvedFragments.contains(approval) { return }
         let authorizer = FragmentAuthorizer(policy: policy)
         let context = Unmanaged.passUnretained(authorizer).toOpaque()

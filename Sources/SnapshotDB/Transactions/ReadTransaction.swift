@@ -13,6 +13,9 @@ public class ReadTransaction {
     /// The commit this transaction reads.
     public let commit: UInt64
     private(set) var isActive = true
+    /// Extensions (name and version) this transaction found in its snapshot's catalog: the
+    /// catalog of a snapshot does not change, so each is looked up once.
+    var installedExtensions: Set<String> = []
     /// An error a non-throwing read (a view's position questions) met; thrown by the next
     /// throwing call, so that it is never lost.
     private var failure: DatabaseError?
