@@ -31,6 +31,9 @@ final class SQLiteHandle {
     /// the same text names the same table and columns, so it is checked once (bounded, like
     /// the statement cache).
     var approvedFragments: Set<String> = []
+    /// The last secondary-index query prepared on this handle, so that a loop running one query
+    /// with many arguments builds and looks up its SQL once.
+    var lastIndexQuery: (key: IndexQueryKey, statement: SQLiteStatement)?
 
     /// Opens `path` (`sqlite3_open_v2`) read-write without creating it: SnapshotDB creates new
     /// files itself so that it controls their mode. Handles use the `snapshotdb` VFS, the
@@ -116,6 +119,7 @@ final class SQLiteHandle {
     /// dropped or created again).
     func clearCachedStatements() {
         dynamicStatements = [:]
+        lastIndexQuery = nil
     }
 
     /// The cached statement for `sql` unless it is part way through its rows, else a new one

@@ -224,6 +224,17 @@ final class SQLiteStatement {
     /// Whether column `index` of the current row is NULL.
     func isNull(at index: Int32) -> Bool { sqlite3_column_type(statement, index) == SQLITE_NULL }
 
+    /// The text of column `index`, or `previous` itself when it holds the same bytes (rows
+    /// that repeat a value then share one string instead of each decoding its own).
+    func string(at index: Int32, reusing previous: String?) -> String {
+        guard var previous, let text = sqlite3_column_text(statement, index) else { return string(at: index) }
+        let count = Int(sqlite3_column_bytes(statement, index))
+        let same = previous.withUTF8 { utf8 in
+            utf8.count == count && (count == 0 || memcmp(utf8.baseAddress!, text, count) == 0)
+        }
+        return same ? previous : string(at: index)
+    }
+
     /// The storage class of column `index` of the current row: `SQLITE_INTEGER`, `SQLITE_FLOAT`,
     /// `SQLITE_TEXT`, `SQLITE_BLOB` or `SQLITE_NULL`.
     func storageClass(at index: Int32) -> Int32 { sqlite3_column_type(statement, index) }

@@ -143,6 +143,16 @@ public struct SecondaryIndex<Value: Decodable & Sendable>: ExtensionDefinition {
     }
 }
 
+/// What identifies an index query's SQL: the same key, the same checked statement.
+struct IndexQueryKey: Equatable {
+    let table: String
+    let columns: String
+    let select: String
+    let whereClause: String
+    let orderBy: String?
+    let hasLimit: Bool
+}
+
 /// The index table's name and statements.
 struct IndexTable {
     let name: String
@@ -331,8 +341,11 @@ public struct IndexReader {
             limit: limit)
         defer { statement.reset() }
         var items: [ViewItem] = []
+        var collection: String?
         while try statement.step() {
-            items.append(ViewItem(collection: statement.string(at: 0), key: statement.string(at: 1)))
+            // Rows of one collection share one string.
+            collection = statement.string(at: 0, reusing: collection)
+            items.append(ViewItem(collection: collection!, key: statement.string(at: 1)))
         }
         return items
     }
@@ -400,8 +413,21 @@ public struct IndexReader {
     private func prepare(
         select: String, whereClause: String, arguments: [IndexValue], orderBy: String?, limit: Int?
     ) throws(DatabaseError) -> SQLiteStatement {
-        let sql = try query(select: select, whereClause: whereClause, orderBy: orderBy, limit: limit != nil)
-        let statement = try transaction.core.handle().cachedStatement(sql)
+        let handle = try transaction.core.handle()
+        let key = IndexQueryKey(
+            table: table.name, columns: table.policy.columnsKey, select: select, whereClause: whereClause,
+            orderBy: orderBy, hasLimit: limit != nil)
+        let statement: SQLiteStatement
+        if let last = handle.lastIndexQuery, last.key == key {
+            // The same query again (a loop over arguments): already checked and prepared.
+            try transaction.checkActive()
+            statement = last.statement
+        } else {
+            let sql = try query(
+                select: select, whereClause: whereClause, orderBy: orderBy, limit: limit != nil)
+            statement = try handle.cachedStatement(sql)
+            handle.lastIndexQuery = (key, statement)
+        }
         let expected = arguments.count + (limit != nil ? 1 : 0)
         guard statement.parameterCount == expected else {
             throw DatabaseError(
