@@ -131,9 +131,12 @@ public struct SecondaryIndex<Value: Decodable & Sendable>: ExtensionDefinition {
             "CREATE TABLE \(table.name)(id INTEGER PRIMARY KEY, collection TEXT NOT NULL, key TEXT NOT NULL"
         for column in columns { sql += ", \"\(column.name)\" \(column.sqlType)" }
         sql += "); CREATE UNIQUE INDEX \(context.tablePrefix)item ON \(table.name)(collection, key);"
+        // Each column's index also holds the item (collection, key), so a query that one index
+        // serves reads no table row to return its keys (a covering index, as GRDB's index on a
+        // table keyed by its key is).
         for column in columns {
             sql +=
-                " CREATE INDEX \(context.tablePrefix)by_\(column.name) ON \(table.name)(\"\(column.name)\");"
+                " CREATE INDEX \(context.tablePrefix)by_\(column.name) ON \(table.name)(\"\(column.name)\", collection, key);"
         }
         try context.handle.execute(sql)
     }
