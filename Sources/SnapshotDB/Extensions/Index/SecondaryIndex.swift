@@ -131,14 +131,7 @@ public struct SecondaryIndex<Value: Decodable & Sendable>: ExtensionDefinition {
             "CREATE TABLE \(table.name)(id INTEGER PRIMARY KEY, collection TEXT NOT NULL, key TEXT NOT NULL"
         for column in columns { sql += ", \"\(column.name)\" \(column.sqlType)" }
         sql += "); CREATE UNIQUE INDEX \(context.tablePrefix)item ON \(table.name)(collection, key);"
-        // Each column's index also holds the item (collection, key), so a query that one index
-        // serves reads no table row to return its keys (a covering index, as GRDB's index on a
-        // table keyed by its key is).
-        for column in columns {
-            sql +=
-                " CREATE INDEX \(context.tablePrefix)by_\(column.name) ON \(table.name)(\"\(column.name)\", collection, key);"
-        }
-        try context.handle.execute(sql)
+        try context.handle.execute(sql + table.createColumnIndexes)
     }
 
     func makeWriter(_ context: ExtensionContext) -> any ExtensionWriter {
@@ -163,8 +156,25 @@ struct IndexTable {
 
     /// What a query's fragments may read: the declared columns of this table.
     let policy: FragmentPolicy
+    /// The prefix of the extension's tables.
+    let prefix: String
+
+    /// One SQLite index per column. Each also holds the item (collection, key), so a query that
+    /// one index serves reads no table row to return its keys (a covering index, as GRDB's
+    /// index on a table keyed by its key is).
+    var createColumnIndexes: String {
+        columns.map { column in
+            " CREATE INDEX \(prefix)by_\(column.name) ON \(name)(\"\(column.name)\", collection, key);"
+        }.joined()
+    }
+
+    /// Drops the column indexes (a rebuild fills the table first, then sorts once per index).
+    var dropColumnIndexes: String {
+        columns.map { " DROP INDEX IF EXISTS \(prefix)by_\($0.name);" }.joined()
+    }
 
     init(prefix: String, columns: [IndexColumn]) {
+        self.prefix = prefix
         name = prefix + "index"
         self.columns = columns
         policy = FragmentPolicy(table: name, columns: columns.map(\.name))
@@ -285,13 +295,16 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
     }
 
     func rebuild() throws(DatabaseError) {
-        try context.handle.execute("DELETE FROM \(table.name)")
+        // Filling the table first and creating each SQLite index after it sorts once per index,
+        // instead of one random B-tree insert per value and index.
+        try context.handle.execute("DELETE FROM \(table.name);" + table.dropColumnIndexes)
         rebuilding = true
         defer { rebuilding = false }
         try context.forEachValue(inCollections: index.collections) {
             (collection, key, data) throws(DatabaseError) in
             try store(data, key: key, collection: collection)
         }
+        try context.handle.execute(table.createColumnIndexes)
     }
 
     func finish() throws(DatabaseError) -> (any Sendable)? { nil }
