@@ -134,4 +134,39 @@ struct ExtensionTablesTests {
             }
         }
     }
+
+    /// A commit that does not touch a view's collections leaves its tables as they were, so the
+    /// writer's kept state moves to that commit; one that rebuilds or drops the view does not.
+    @Test func keptWriterStateFollowsCommitsThatDoNotTouchTheView() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for index in 0..<100 {
+                    try txn.set(
+                        Note(title: "\(index)", folder: "inbox", archived: false), forKey: "n\(index)",
+                        inCollection: "notes")
+                }
+            }
+            try writer.readWrite { try $0.setData(Data([1]), forKey: "x", inCollection: "other") }
+            #expect(db.extensionCaches.take("byTitle", at: db.latestCommit) != nil)
+
+            // Taken above, so the next write starts without it, and gives it back.
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "zz", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
+            }
+            try writer.readWrite { try $0.setData(Data([2]), forKey: "x", inCollection: "other") }
+            try writer.read { txn in
+                let rows = ViewTests.rows(try txn.view(named: "byTitle"))
+                #expect(rows == (try ViewTests.expectedRows(txn)))
+            }
+            try db.register(
+                View<Note>(
+                    name: "byTitle", version: "2", collections: ["notes"],
+                    group: { _, _, note in note.folder },
+                    areInIncreasingOrder: { $0.title < $1.title }))
+            #expect(db.extensionCaches.take("byTitle", at: db.latestCommit) == nil)
+        }
+    }
 }
