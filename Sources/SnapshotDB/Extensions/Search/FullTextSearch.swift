@@ -75,42 +75,51 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
     private func store(_ data: Data, key: String, collection: String) throws(DatabaseError) {
         let value = try context.decode(Value.self, data, key: key, collection: collection)
         let texts = search.extract(collection, key, value)
-        // Most writes leave the indexed text as it was: then FTS5's index is not rewritten.
-        if !rebuilding, !texts.isEmpty,
-            try storedTexts(key: key, collection: collection) == search.columns.map({ texts[$0] ?? "" })
-        {
-            return
+        guard !texts.isEmpty else { return try willRemove(forKey: key, inCollection: collection) }
+        let wanted = search.columns.map { texts[$0] ?? "" }
+        let id: Int64
+        if !rebuilding, let stored = try stored(key: key, collection: collection) {
+            // Most writes leave the indexed text as it was: then FTS5's index is not touched.
+            if stored.texts == wanted { return }
+            // The item keeps its row id and map row; only its text is replaced.
+            let delete = try context.handle.cachedStatement("DELETE FROM \(prefix)fts WHERE rowid = ?1")
+            try delete.bind(stored.id, at: 1)
+            try delete.execute()
+            id = stored.id
+        } else {
+            // A new item (or a map row without its text, which a rebuild of the map would also
+            // drop): make sure no row of it is left before adding one.
+            if !rebuilding { try willRemove(forKey: key, inCollection: collection) }
+            let map = try context.handle.cachedStatement(
+                "INSERT INTO \(prefix)map(collection, key) VALUES (?1, ?2)")
+            try map.bind(collection, at: 1)
+            try map.bind(key, at: 2)
+            try map.execute()
+            id = context.handle.lastInsertRowID
         }
-        try willRemove(forKey: key, inCollection: collection)
-        guard !texts.isEmpty else { return }
-        let map = try context.handle.cachedStatement(
-            "INSERT INTO \(prefix)map(collection, key) VALUES (?1, ?2)")
-        try map.bind(collection, at: 1)
-        try map.bind(key, at: 2)
-        try map.execute()
-        let id = context.handle.lastInsertRowID
         let names = search.columns.map { "\"\($0)\"" }.joined(separator: ", ")
         let parameters = search.columns.indices.map { "?\($0 + 2)" }.joined(separator: ", ")
         let insert = try context.handle.cachedStatement(
             "INSERT INTO \(prefix)fts(rowid, \(names)) VALUES (?1, \(parameters))")
         try insert.bind(id, at: 1)
-        for (offset, column) in search.columns.enumerated() {
-            try insert.bind(texts[column] ?? "", at: Int32(offset + 2))
-        }
+        for (offset, text) in wanted.enumerated() { try insert.bind(text, at: Int32(offset + 2)) }
         try insert.execute()
     }
 
-    /// The texts the index holds for the item, in column order, or `nil` when it holds none.
-    private func storedTexts(key: String, collection: String) throws(DatabaseError) -> [String]? {
+    /// The item's row id and the texts the index holds for it, in column order, or `nil` when
+    /// it is not in the index.
+    private func stored(key: String, collection: String) throws(DatabaseError) -> (
+        id: Int64, texts: [String]
+    )? {
         let names = search.columns.map { "f.\"\($0)\"" }.joined(separator: ", ")
         let select = try context.handle.cachedStatement(
-            "SELECT \(names) FROM \(prefix)map m JOIN \(prefix)fts f ON f.rowid = m.id "
+            "SELECT m.id, \(names) FROM \(prefix)map m JOIN \(prefix)fts f ON f.rowid = m.id "
                 + "WHERE m.collection = ?1 AND m.key = ?2")
         defer { select.reset() }
         try select.bind(collection, at: 1)
         try select.bind(key, at: 2)
         guard try select.step() else { return nil }
-        return search.columns.indices.map { select.string(at: Int32($0)) }
+        return (select.int64(at: 0), search.columns.indices.map { select.string(at: Int32($0 + 1)) })
     }
 
     func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError) {
