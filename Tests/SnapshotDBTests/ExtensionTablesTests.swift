@@ -63,8 +63,7 @@ struct ExtensionTablesTests {
             _ = try sqlite3(
                 path,
                 """
-                ALTER TABLE snapshotdb_x7_byTitle_node RENAME TO snapshotdb_ext_byTitle_node;
-                ALTER TABLE snapshotdb_x7_byTitle_group RENAME TO snapshotdb_ext_byTitle_group;
+                ALTER TABLE snapshotdb_x7_byTitle_page RENAME TO snapshotdb_ext_byTitle_page;
                 ALTER TABLE snapshotdb_x7_byTitle_map RENAME TO snapshotdb_ext_byTitle_map;
                 UPDATE snapshotdb_extensions SET version = '1' WHERE name = 'byTitle';
                 """)
@@ -81,7 +80,7 @@ struct ExtensionTablesTests {
         }
     }
 
-    /// The view's writer keeps nodes and decoded values from one write transaction to the next
+    /// The view's writer keeps its layout and decoded values from one write transaction to the next
     /// only while nothing else committed: a foreign write in between (sealed and rebuilt) and a
     /// rolled-back transaction must not leave it reusing what no longer holds.
     @Test func keptWriterStateIsDroppedWhenAnotherCommitComesBetween() throws {
@@ -98,7 +97,7 @@ struct ExtensionTablesTests {
                         inCollection: "notes")
                 }
             }
-            // The writer now holds the tree's branches and decoded titles. A foreign client moves
+            // The writer now holds the view's layout and decoded titles. A foreign client moves
             // notes and removes one; SnapshotDB seals that write and rebuilds the view.
             try sqlite3(
                 db.path,

@@ -29,6 +29,8 @@ func runViewSuite(_ context: SuiteContext) throws -> SuiteReport {
             "v-commit: one-row commits that give a random note a random new title (it moves), "
                 + "synchronous FULL (v-commit-normal: NORMAL); \"without view\" is the same commit into a "
                 + "database with no view; GRDB updates the title column of its indexed table.",
+            "v-open: the first read of the view after opening the database, which loads the view's layout "
+                + "(its pages' order and counts) from the page rows; v-commit starts after it.",
             "v-item, v-index: 1,000 random positions (item(at:inGroup:)) or keys (index(ofKey:inCollection:)) "
                 + "in one read transaction; GRDB: `LIMIT 1 OFFSET k` and `COUNT(*) WHERE (title, key) < (?, ?)` "
                 + "over the index.",
@@ -38,7 +40,8 @@ func runViewSuite(_ context: SuiteContext) throws -> SuiteReport {
         ])
     let n = context.quick ? 50_000 : 1_000_000
     let wanted = [
-        "v-build", "v-commit", "v-commit-normal", "v-item", "v-index", "v-changes-1", "v-changes-100",
+        "v-build", "v-commit", "v-commit-normal", "v-open", "v-item", "v-index", "v-changes-1",
+        "v-changes-100",
     ]
     guard wanted.contains(where: context.wants) else { return report }
     let bench = try ViewBench(context: context, n: n)
@@ -98,6 +101,17 @@ func runViewSuite(_ context: SuiteContext) throws -> SuiteReport {
         } else {
             row.verdicts = ["no target (the CPU cost)"]
         }
+        report.rows.append(row)
+    }
+
+    if context.wants("v-open") {
+        context.progress("(v-open) the first read of a \(grouped(n))-item view after opening")
+        var ours: [Duration] = []
+        for _ in 0..<context.rounds { ours.append(try bench.openAndRead()) }
+        var row = SuiteRow(
+            id: "v-open", title: "first view read after opening (loads the layout)", n: n,
+            cells: ["SnapshotDB": format(seconds: median(ours).seconds)])
+        row.verdicts = ["no target (once per open)"]
         report.rows.append(row)
     }
 
@@ -261,6 +275,9 @@ final class ViewBench {
     /// `count` one-row moves on every side, in interleaved chunks of ten; the total time of each.
     func commits(_ count: Int, sync: SyncMode, seed: UInt64) throws -> (Duration, Duration, Duration) {
         try reopen(sync: sync)
+        // The first read after opening loads the view's layout (v-open); the commits measure
+        // the upkeep from then on.
+        _ = try firstRead()
         var generator = SplitMix64(seed: seed &* 7919)
         let moves = (0..<count).map { _ in (Int(generator.next() % UInt64(n)), viewTitle(&generator)) }
         let ours = withView.newConnection(name: "writer")
@@ -301,6 +318,18 @@ final class ViewBench {
         try withView.register(Self.view)
         try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = \(sync.rawValue)")
         }
+    }
+
+    // MARK: v-open
+
+    /// The first read of the view after the database opened: it loads the layout.
+    func openAndRead() throws -> Duration {
+        try reopen(sync: .full)
+        return try timed { _ = try firstRead() }
+    }
+
+    private func firstRead() throws -> Int {
+        try withView.newConnection(name: "reader").read { try $0.view(named: "byTitle").count }
     }
 
     // MARK: v-item, v-index

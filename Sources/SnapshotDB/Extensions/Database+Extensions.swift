@@ -185,8 +185,10 @@ enum ExtensionCatalog {
     /// The version recorded for `definition`: its own, tagged with the table format, so that an
     /// extension kept in an older format is rebuilt when it is registered again (t2: table
     /// names carry the name's length; t3: an index table is a rowid table; t4: its column indexes
-    /// hold the item too).
-    static func storedVersion(_ definition: any ExtensionDefinition) -> String { "t4:" + definition.version }
+    /// hold the item too; views t5: pages of items with their counts in memory, no tree of rows).
+    static func storedVersion(_ definition: any ExtensionDefinition) -> String {
+        (definition.kind == "view" ? "t5:" : "t4:") + definition.version
+    }
 
     /// The kind and version of `name` in the open transaction's snapshot, or `nil`.
     static func installed(_ name: String, handle: SQLiteHandle) throws(DatabaseError) -> (

@@ -78,19 +78,27 @@ protocol ExtensionWriter: AnyObject {
     /// transaction: called before a savepoint begins and before the transaction reads an
     /// extension, so that SQLite's rows are complete at those points.
     func flush() throws(DatabaseError)
-    /// A savepoint was rolled back: SQLite undid its rows, so forget anything read or held
-    /// since (``flush()`` ran when the savepoint began, so nothing older is lost).
-    func discardCache()
+    /// A savepoint begins (after ``flush()``): save what must come back if it rolls back.
+    func beginSavepoint()
+    /// The innermost savepoint ended. When it `rolledBack`, SQLite undid its rows: forget
+    /// anything read or held since, and put back what ``beginSavepoint()`` saved (``flush()``
+    /// ran when the savepoint began, so nothing older is lost).
+    func endSavepoint(rolledBack: Bool)
     /// After the transaction committed (``finish()`` ran): what the writer keeps for the next
     /// write transaction, which gets it only if it starts from this commit (see
     /// ``ExtensionCaches``); `nil` for nothing.
     func keptCache() -> AnyObject?
+    /// After the transaction committed: what every reader of the new commit may share (a
+    /// view's layout, see ``ExtensionCaches``); `nil` for nothing.
+    func publishedState() -> AnyObject?
 }
 
 extension ExtensionWriter {
     func flush() throws(DatabaseError) {}
-    func discardCache() {}
+    func beginSavepoint() {}
+    func endSavepoint(rolledBack: Bool) {}
     func keptCache() -> AnyObject? { nil }
+    func publishedState() -> AnyObject? { nil }
 }
 
 /// What an extension's code works with inside a transaction: the SQLite handle, the codecs,

@@ -12,6 +12,12 @@ internal import Synchronization
 ///
 /// Entries move between write transactions, which the writer lock serializes; the lock here
 /// only keeps the Swift access checked.
+///
+/// Beside them, what readers share: per extension, the state of one commit that any reader of
+/// exactly that commit may use (a view's in-memory layout). The writer publishes the state of
+/// each commit it makes; a reader that had to load the state of a newer commit than the one
+/// published offers it. Stamps are the file's commit numbers, which only grow, so a stamp never
+/// names two states.
 final class ExtensionCaches: Sendable {
     /// A cache object, handed from one write transaction to the next under the writer lock.
     private struct Entry: @unchecked Sendable {
@@ -20,6 +26,30 @@ final class ExtensionCaches: Sendable {
     }
 
     private let entries = Mutex<[String: Entry]>([:])
+    private let shared = Mutex<[String: Entry]>([:])
+
+    /// The state of `name` published for `commit`, if that is the commit it describes.
+    func published(_ name: String, at commit: UInt64) -> AnyObject? {
+        shared.withLock { shared in
+            guard let entry = shared[name], entry.commit == commit else { return nil }
+            return entry.cache
+        }
+    }
+
+    /// A reader loaded the state of `name` at `commit`: kept unless a newer one is published.
+    func offer(_ name: String, at commit: UInt64, _ state: AnyObject) {
+        shared.withLock { shared in
+            if let entry = shared[name], entry.commit >= commit { return }
+            shared[name] = Entry(commit: commit, cache: state)
+        }
+    }
+
+    /// Drops everything kept for `name` (its tables were dropped or rebuilt outside a commit's
+    /// bookkeeping).
+    func forget(_ name: String) {
+        entries.withLock { _ = $0.removeValue(forKey: name) }
+        shared.withLock { _ = $0.removeValue(forKey: name) }
+    }
 
     /// Removes the entry of `name` and returns its cache when it describes `commit`.
     func take(_ name: String, at commit: UInt64) -> AnyObject? {
@@ -31,13 +61,18 @@ final class ExtensionCaches: Sendable {
     /// A write transaction that started from `start` made `commit`: stores the caches its
     /// writers kept, and restamps the entries of extensions it did not write to (their tables
     /// are as they were).
-    func didCommit(_ commit: UInt64, from start: UInt64, kept: [String: AnyObject], written: Set<String>) {
-        entries.withLock { entries in
+    func didCommit(
+        _ commit: UInt64, from start: UInt64, kept: [String: AnyObject], published: [String: AnyObject],
+        written: Set<String>
+    ) {
+        func apply(_ entries: inout [String: Entry], _ new: [String: AnyObject]) {
             for (name, entry) in entries where !written.contains(name) && entry.commit == start {
                 entries[name]?.commit = commit
             }
             for name in written { entries[name] = nil }
-            for (name, cache) in kept { entries[name] = Entry(commit: commit, cache: cache) }
+            for (name, cache) in new { entries[name] = Entry(commit: commit, cache: cache) }
         }
+        entries.withLock { apply(&$0, kept) }
+        shared.withLock { apply(&$0, published) }
     }
 }

@@ -13,6 +13,9 @@ final class ExtensionWriters {
     private var definitions: [any ExtensionDefinition]?
     private var writers: [String: any ExtensionWriter] = [:]
     private var reset: Set<String> = []
+    /// How many savepoints are open: a writer made inside them starts with as many saved
+    /// states (its state when made, which is what each of them began with).
+    private var savepointDepth = 0
 
     init(core: ConnectionCore) { self.core = core }
 
@@ -38,6 +41,7 @@ final class ExtensionWriters {
         let writer = definition.makeWriter(
             try core.extensionContext(named: definition.name, transaction: transaction))
         writers[definition.name] = writer
+        for _ in 0..<savepointDepth { writer.beginSavepoint() }
         return writer
     }
 
@@ -67,6 +71,7 @@ final class ExtensionWriters {
         let writer = definition.makeWriter(context)
         writers[definition.name] = writer
         try writer.rebuild()
+        for _ in 0..<savepointDepth { writer.beginSavepoint() }
         reset.insert(definition.name)
     }
 
@@ -82,24 +87,40 @@ final class ExtensionWriters {
         for writer in writers.values { try writer.flush() }
     }
 
-    /// After a savepoint rolled back (see ``ExtensionWriter/discardCache()``).
-    func discardCaches() {
-        for writer in writers.values { writer.discardCache() }
+    /// The writer of `name` this transaction made, if any.
+    func existingWriter(named name: String) -> (any ExtensionWriter)? { writers[name] }
+
+    /// A savepoint begins: what the writers hold back goes to the rows it can roll back to,
+    /// and each writer saves its state.
+    func beginSavepoint() throws(DatabaseError) {
+        try flush()
+        savepointDepth += 1
+        for writer in writers.values { writer.beginSavepoint() }
+    }
+
+    /// The innermost savepoint was released or rolled back (see
+    /// ``ExtensionWriter/endSavepoint(rolledBack:)``).
+    func endSavepoint(rolledBack: Bool) {
+        savepointDepth -= 1
+        for writer in writers.values { writer.endSavepoint(rolledBack: rolledBack) }
     }
 
     /// The transaction that started from `start` made `commit`: the writers' caches go to the
     /// database for the next write transaction.
     func didCommit(_ commit: UInt64, from start: UInt64) {
         guard !writers.isEmpty || !reset.isEmpty else {
-            core.database.extensionCaches.didCommit(commit, from: start, kept: [:], written: [])
+            core.database.extensionCaches.didCommit(
+                commit, from: start, kept: [:], published: [:], written: [])
             return
         }
         var kept: [String: AnyObject] = [:]
+        var published: [String: AnyObject] = [:]
         for (name, writer) in writers where !reset.contains(name) {
             if let cache = writer.keptCache() { kept[name] = cache }
+            if let state = writer.publishedState() { published[name] = state }
         }
         core.database.extensionCaches.didCommit(
-            commit, from: start, kept: kept, written: Set(writers.keys).union(reset))
+            commit, from: start, kept: kept, published: published, written: Set(writers.keys).union(reset))
     }
 
     /// What the extensions add to the commit's changeset.

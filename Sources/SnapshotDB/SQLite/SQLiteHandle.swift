@@ -34,6 +34,9 @@ final class SQLiteHandle {
     /// The last secondary-index query prepared on this handle, so that a loop running one query
     /// with many arguments builds and looks up its SQL once.
     var lastIndexQuery: (key: IndexQueryKey, statement: SQLiteStatement)?
+    /// The layout of each view as of one commit, for this connection's next read of that
+    /// commit (a bookmarked connection reads the same commit many times).
+    var viewLayouts: [String: (commit: UInt64, layout: ViewLayoutBox)] = [:]
 
     /// Opens `path` (`sqlite3_open_v2`) read-write without creating it: SnapshotDB creates new
     /// files itself so that it controls their mode. Handles use the `snapshotdb` VFS, the
@@ -120,6 +123,7 @@ final class SQLiteHandle {
     func clearCachedStatements() {
         dynamicStatements = [:]
         lastIndexQuery = nil
+        viewLayouts = [:]
     }
 
     /// The cached statement for `sql` unless it is part way through its rows, else a new one

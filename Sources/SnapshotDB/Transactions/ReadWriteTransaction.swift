@@ -221,8 +221,13 @@ public final class ReadWriteTransaction: ReadTransaction {
         let scope = ReadWriteTransaction(savepointIn: self)
         let name = "snapshotdb_savepoint_\(scope.depth)"
         // What extension writers hold back must be in the rows the savepoint can roll back to.
-        try shared.extensions.flush()
-        try handle.execute("SAVEPOINT \(name)")
+        try shared.extensions.beginSavepoint()
+        do {
+            try handle.execute("SAVEPOINT \(name)")
+        } catch {
+            shared.extensions.endSavepoint(rolledBack: false)
+            throw error
+        }
         let saved = (shared.changes, shared.info)
         shared.rollbackRequests.append(false)
         let result: T
@@ -239,6 +244,7 @@ public final class ReadWriteTransaction: ReadTransaction {
         if let error = core.transactionEndedBySQLite() {
             // `body` caught the error that ended the transaction: its savepoint is gone too.
             shared.rollbackRequests.removeLast()
+            shared.extensions.endSavepoint(rolledBack: true)
             throw error
         }
         if shared.rollbackRequests.removeLast() {
@@ -246,6 +252,7 @@ public final class ReadWriteTransaction: ReadTransaction {
             (shared.changes, shared.info) = saved
             if let failure = shared.failure { throw failure }
         } else {
+            shared.extensions.endSavepoint(rolledBack: false)
             try handle.execute("RELEASE \(name)")
         }
         return result
@@ -254,12 +261,14 @@ public final class ReadWriteTransaction: ReadTransaction {
     /// Rolls a savepoint back. One that fails leaves what the savepoint did in the transaction:
     /// the transaction then fails at its end instead of committing it (the first error wins).
     private func rollBack(to savepoint: String, handle: SQLiteHandle) {
+        // Whether or not SQLite rolls back, the savepoint ends (a failed rollback fails the
+        // transaction, so what the writers then hold is never committed).
+        defer { shared.extensions.endSavepoint(rolledBack: true) }
         do throws(DatabaseError) {
             if core.database.faults.shouldFail(.savepointRollback) {
                 throw FaultInjector.error(.savepointRollback)
             }
             try handle.execute("ROLLBACK TO \(savepoint); RELEASE \(savepoint)")
-            shared.extensions.discardCaches()
         } catch {
             if shared.failure == nil {
                 shared.failure = DatabaseError(

@@ -80,7 +80,7 @@ public struct SearchResultsView<Value: Decodable & Sendable>: ExtensionDefinitio
     var dependencies: [String] { [searchName] }
 
     func createTables(_ context: ExtensionContext) throws(DatabaseError) {
-        try ViewTree.createTables(prefix: context.tablePrefix, handle: context.handle)
+        try ViewPages.createTables(prefix: context.tablePrefix, handle: context.handle)
     }
 
     func makeWriter(_ context: ExtensionContext) -> any ExtensionWriter {

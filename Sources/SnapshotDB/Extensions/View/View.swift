@@ -18,12 +18,13 @@ internal import Foundation
 /// let rows = try ui.read { try $0.view(named: "byTitle").changes(for: changes) }
 /// ```
 ///
-/// The view lives in its own tables in the database file (a counted B+tree per group, see
-/// `ViewTree`), updated by the writer inside the same SQLite transaction as the values, so a
-/// bookmarked connection reads it at exactly its commit and a crash never leaves it out of
-/// step. `item(at:inGroup:)`, `index(ofKey:inCollection:)` and `count(inGroup:)` cost O(log n)
-/// (a few row reads) at any size; a write costs O(log n) comparisons per changed value, each
-/// decoding a value. `group` and `areInIncreasingOrder` must be pure: the same values must
+/// The view lives in its own tables in the database file (pages of items, see `ViewPages`,
+/// whose order and counts are kept in memory, see `ViewLayout`), updated by the writer inside
+/// the same SQLite transaction as the values, so a bookmarked connection reads it at exactly its
+/// commit and a crash never leaves it out of step. `count(inGroup:)` is in memory;
+/// `item(at:inGroup:)` adds one row read and `index(ofKey:inCollection:)` two, at any size; a
+/// write costs O(log n) comparisons per changed value, each decoding a value, and writes the
+/// pages it changed. `group` and `areInIncreasingOrder` must be pure: the same values must
 /// always give the same groups and order (change the `version` when they change).
 public struct View<Value: Decodable & Sendable>: ExtensionDefinition {
     /// The name the view is registered and read under.
@@ -56,7 +57,7 @@ public struct View<Value: Decodable & Sendable>: ExtensionDefinition {
     var kind: String { "view" }
 
     func createTables(_ context: ExtensionContext) throws(DatabaseError) {
-        try ViewTree.createTables(prefix: context.tablePrefix, handle: context.handle)
+        try ViewPages.createTables(prefix: context.tablePrefix, handle: context.handle)
     }
 
     func makeWriter(_ context: ExtensionContext) -> any ExtensionWriter {
@@ -176,7 +177,7 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
     func value(_ item: ViewItem) throws(DatabaseError) -> Value {
         if let value = decoded[item] { return value }
         guard let value = try context.value(Value.self, key: item.key, collection: item.collection) else {
-            throw ViewTree.damaged(context.tablePrefix, "\(item) is in the view but has no value")
+            throw ViewPages.damaged(context.tablePrefix, "\(item) is in the view but has no value")
         }
         if decoded.count > 100_000 { decoded.removeAll(keepingCapacity: true) }
         decoded[item] = value
@@ -231,35 +232,35 @@ struct ViewMembership {
     let all: () throws(DatabaseError) -> [ViewItem]
 }
 
-/// What a view's writer keeps from one write transaction to the next: the nodes it read or
-/// wrote (the branches at least, which every insertion reads), the groups, and the values it
+/// What a view's writer keeps from one write transaction to the next: the layout (which the
+/// next transaction would otherwise take from the published one, or load) and the values it
 /// decoded to compare items. Valid only for the commit it is stamped with (``ExtensionCaches``).
 final class ViewWriterCache<Value> {
-    let nodes: [Int64: ViewTree.Node]
-    let groups: [String: (root: Int64, count: Int)?]
+    let layout: ViewLayout
     let decoded: [ViewItem: Value]
 
-    init(
-        nodes: [Int64: ViewTree.Node], groups: [String: (root: Int64, count: Int)?],
-        decoded: [ViewItem: Value]
-    ) {
-        self.nodes = nodes
-        self.groups = groups
+    init(layout: ViewLayout, decoded: [ViewItem: Value]) {
+        self.layout = layout
         self.decoded = decoded
     }
 
-    /// At most this many nodes, and this many decoded values, are kept between transactions.
-    static var nodeLimit: Int { 1_024 }
+    /// At most this many decoded values are kept between transactions.
     static var decodedLimit: Int { 20_000 }
 }
 
 /// Keeps a view's tables up to date during one read-write transaction.
-final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
+final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayoutSource {
     private let context: ExtensionContext
     private let order: ViewOrder<Value>
-    private let tree: ViewTree
     private let collections: Set<String>?
     private let membership: ViewMembership?
+    /// The layout the writer starts from when the previous transaction left it one.
+    private var keptLayout: ViewLayout?
+    /// The pages, made on first use (their layout may have to be read).
+    private var store: ViewPages?
+    /// The layout as each open savepoint began (`nil`: as the transaction began, before the
+    /// writer read it).
+    private var savepoints: [ViewLayout?] = []
     /// Where each item the transaction touched was before it (first touch wins: a savepoint
     /// that rolls back does not change what an item was before the transaction).
     private var touched: [ViewItem: ViewCommitRecord.Before?] = [:]
@@ -272,25 +273,60 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
         self.order = order
         self.collections = collections
         self.membership = membership
-        self.tree = ViewTree(handle: context.handle, prefix: context.tablePrefix, caching: true)
         if let transaction = context.transaction,
             let cache = transaction.core.database.extensionCaches.take(context.name, at: transaction.commit)
                 as? ViewWriterCache<Value>
         {
-            tree.seed(nodes: cache.nodes, groups: cache.groups)
+            keptLayout = cache.layout
             order.decoded = cache.decoded
         }
     }
 
+    /// The view's pages, with the layout of the transaction's start.
+    private func pages() throws(DatabaseError) -> ViewPages {
+        if let store { return store }
+        let layout: ViewLayout
+        if let keptLayout {
+            layout = keptLayout
+        } else if let transaction = context.transaction {
+            layout = try ViewLayout.committed(name: context.name, context: context, transaction: transaction)
+        } else {
+            layout = try ViewLayout.load(handle: context.handle, prefix: context.tablePrefix)
+        }
+        let store = ViewPages(
+            handle: context.handle, prefix: context.tablePrefix, layout: layout, caching: true)
+        self.store = store
+        return store
+    }
+
+    func currentLayout() throws(DatabaseError) -> ViewLayout { try pages().layout }
+
     func keptCache() -> AnyObject? {
-        let (nodes, groups) = tree.cachedState(limit: ViewWriterCache<Value>.nodeLimit)
+        guard let store else { return nil }
         return ViewWriterCache(
-            nodes: nodes, groups: groups,
+            layout: store.layout,
             decoded: order.decoded.count <= ViewWriterCache<Value>.decodedLimit ? order.decoded : [:])
     }
 
+    func publishedState() -> AnyObject? { store.map { ViewLayoutBox($0.layout) } }
+
+    func beginSavepoint() { savepoints.append(store?.layout) }
+
+    func endSavepoint(rolledBack: Bool) {
+        let saved = savepoints.removeLast()
+        guard rolledBack, let store else { return }
+        store.discardCache()
+        order.forgetAll()
+        if let saved {
+            store.restore(saved)
+        } else {
+            // The writer first read the layout inside the savepoint: read it again.
+            self.store = nil
+        }
+    }
+
     /// Records where `item` is before the transaction changes it, the first time.
-    private func recordBefore(_ item: ViewItem, location: (group: String, leaf: Int64)?) throws(DatabaseError)
+    private func recordBefore(_ item: ViewItem, location: (group: String, page: Int64)?) throws(DatabaseError)
     {
         guard touched[item] == nil else { return }
         guard let location else {
@@ -306,52 +342,59 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
         let value = try order.decode(data, item)
         let isMember = try membership?.contains(collection, key) ?? true
         let group = isMember ? order.group(collection, key, value) : nil
-        let location = try tree.location(of: item)
+        let pages = try pages()
+        let location = try pages.location(of: item)
         try recordBefore(item, location: location)
         order.forget(item)
         if let location, location.group == group {
             // Most updates leave an item between the same neighbours: nothing to move.
-            let stays = try tree.keepsPlace(item, leaf: location.leaf) {
+            let stays = try pages.keepsPlace(item, page: location.page) {
                 (neighbour, isBefore) throws(DatabaseError) in
                 let other = try order.value(neighbour)
                 return isBefore
                     ? order.less(other, neighbour, value, item) : order.less(value, item, other, neighbour)
             }
             if stays { return }
-            let moved = try tree.moveWithinLeaf(item, leaf: location.leaf) { (other) throws(DatabaseError) in
+            let moved = try pages.moveWithinPage(item, page: location.page) { (other) throws(DatabaseError) in
                 order.less(try order.value(other), other, value, item)
             }
             if moved { return }
         }
-        if let location { try tree.remove(item, group: location.group, leaf: location.leaf) }
+        if let location { try pages.remove(item, group: location.group, page: location.page) }
         guard let group else { return }
-        try tree.insert(item, group: group) { (other) throws(DatabaseError) in
+        try pages.insert(item, group: group) { (other) throws(DatabaseError) in
             order.less(try order.value(other), other, value, item)
         }
     }
 
     func willRemove(forKey key: String, inCollection collection: String) throws(DatabaseError) {
         let item = ViewItem(collection: collection, key: key)
-        guard let location = try tree.location(of: item) else { return }
+        let pages = try pages()
+        guard let location = try pages.location(of: item) else { return }
         try recordBefore(item, location: location)
-        try tree.remove(item, group: location.group, leaf: location.leaf)
+        try pages.remove(item, group: location.group, page: location.page)
         order.forget(item)
     }
 
     func willRemoveAll(inCollection collection: String) throws(DatabaseError) {
-        for item in try tree.items(inCollection: collection) {
+        for item in try pages().items(inCollection: collection) {
             try willRemove(forKey: item.key, inCollection: collection)
         }
     }
 
     func willRemoveAllCollections() throws(DatabaseError) {
-        for item in try tree.allItems() {
-            try recordBefore(item, location: try tree.location(of: item))
+        let pages = try pages()
+        for item in try pages.allItems() {
+            try recordBefore(item, location: try pages.location(of: item))
         }
-        try tree.removeEverything()
+        try pages.removeEverything()
     }
 
     func rebuild() throws(DatabaseError) {
+        // New, empty tables: nothing to read.
+        let tree = ViewPages(
+            handle: context.handle, prefix: context.tablePrefix, layout: ViewLayout(), caching: true)
+        store = tree
         try tree.removeEverything()
         var groups: [String: [(item: ViewItem, value: Value)]] = [:]
         func add(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {
@@ -382,15 +425,10 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter {
         touched = [:]
     }
 
-    func flush() throws(DatabaseError) { try tree.flush() }
-
-    func discardCache() {
-        tree.discardCache()
-        order.forgetAll()
-    }
+    func flush() throws(DatabaseError) { try store?.flush() }
 
     func finish() throws(DatabaseError) -> (any Sendable)? {
-        try tree.flush()
+        try store?.flush()
         return touched.isEmpty ? nil : ViewCommitRecord(touched: touched)
     }
 }

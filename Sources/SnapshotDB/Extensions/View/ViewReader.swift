@@ -21,8 +21,9 @@ extension ReadTransaction {
 /// A view read at one transaction's commit: its groups, their items in order, positions, and
 /// the row changes between an earlier commit and this one.
 ///
-/// `item(at:inGroup:)`, `index(ofKey:inCollection:)` and `count(inGroup:)` cost O(log n) row
-/// reads (`groups` and counts are read once, when the reader is made). They do not throw: if
+/// `groups` and counts come from the view's layout at this commit, in memory (loaded once per
+/// commit when no connection has it yet); `item(at:inGroup:)` reads one row and
+/// `index(ofKey:inCollection:)` two, at any size. They do not throw: if
 /// SQLite fails while they read (an I/O error, a damaged page), they answer `nil`, `[]` or 0
 /// and the error is thrown by the transaction's next throwing call (and by
 /// ``changes(for:)``), so it is never lost.
@@ -30,9 +31,8 @@ public final class ViewReader {
     /// The view's name.
     public let name: String
     private let transaction: ReadTransaction
-    private let tree: ViewTree
+    private let pages: ViewPages
     private let ranking: any ViewRanking
-    private let groupRoots: [String: (root: Int64, count: Int)]
     /// The groups that hold at least one item, sorted.
     public let groups: [String]
 
@@ -42,11 +42,9 @@ public final class ViewReader {
         self.name = name
         self.transaction = transaction
         self.ranking = ranking
-        tree = ViewTree(handle: context.handle, prefix: context.tablePrefix)
-        var roots: [String: (root: Int64, count: Int)] = [:]
-        for group in try tree.groups() { roots[group.name] = (group.root, group.count) }
-        groupRoots = roots
-        groups = roots.keys.sorted()
+        let layout = try ViewLayout.current(name: name, context: context, transaction: transaction)
+        pages = ViewPages(handle: context.handle, prefix: context.tablePrefix, layout: layout)
+        groups = layout.groupNames
     }
 
     private func reading<T>(_ fallback: T, _ body: () throws(DatabaseError) -> T) -> T {
@@ -60,29 +58,29 @@ public final class ViewReader {
     }
 
     /// How many items `group` holds (0 for a group not in the view).
-    public func count(inGroup group: String) -> Int { groupRoots[group]?.count ?? 0 }
+    public func count(inGroup group: String) -> Int { pages.layout.groups[group]?.count ?? 0 }
 
     /// How many items the view holds in all.
-    public var count: Int { groupRoots.values.reduce(0) { $0 + $1.count } }
+    public var count: Int { pages.layout.groups.values.reduce(0) { $0 + $1.count } }
 
     /// The item at `index` of `group`, or `nil` when there is none.
     public func item(at index: Int, inGroup group: String) -> ViewItem? {
-        guard index >= 0, let root = groupRoots[group]?.root else { return nil }
-        return reading(nil) { () throws(DatabaseError) in try tree.item(at: index, root: root) }
+        guard index >= 0, index < count(inGroup: group) else { return nil }
+        return reading(nil) { () throws(DatabaseError) in try pages.item(at: index, inGroup: group) }
     }
 
     /// Every item of `group`, in order (O(items)).
     public func items(inGroup group: String) -> [ViewItem] {
-        guard let root = groupRoots[group]?.root else { return [] }
-        return reading([]) { () throws(DatabaseError) in try tree.items(root: root) }
+        guard count(inGroup: group) > 0 else { return [] }
+        return reading([]) { () throws(DatabaseError) in try pages.items(inGroup: group) }
     }
 
     /// The group and index of `key` in `collection`, or `nil` when it is not in the view.
     public func index(ofKey key: String, inCollection collection: String) -> ViewIndex? {
         let item = ViewItem(collection: collection, key: key)
         return reading(nil) { () throws(DatabaseError) in
-            guard let location = try tree.location(of: item),
-                let index = try tree.index(of: item, leaf: location.leaf)
+            guard let location = try pages.location(of: item),
+                let index = try pages.index(of: item, page: location.page)
             else { return nil }
             return ViewIndex(group: location.group, index: index)
         }
@@ -144,7 +142,7 @@ public final class ViewReader {
                 before[item] = state
             }
         }
-        let diff = try ViewDiff(before: before, tree: tree, ranking: ranking, roots: groupRoots)
+        let diff = try ViewDiff(before: before, pages: pages, ranking: ranking)
         return try diff.compute(inGroups: groups, currentGroups: self.groups)
     }
 }
@@ -179,27 +177,24 @@ private struct ViewDiff {
 
     let touched: [Touched]
     let ranking: any ViewRanking
-    let tree: ViewTree
-    let roots: [String: (root: Int64, count: Int)]
+    let pages: ViewPages
     /// Touched items' keys per group, sorted: as they are now, and as they were.
     var newKeys: [String: [ViewSortKey]] = [:]
     var oldKeys: [String: [ViewSortKey]] = [:]
 
     init(
-        before: [ViewItem: ViewCommitRecord.Before?], tree: ViewTree, ranking: any ViewRanking,
-        roots: [String: (root: Int64, count: Int)]
+        before: [ViewItem: ViewCommitRecord.Before?], pages: ViewPages, ranking: any ViewRanking
     ) throws(DatabaseError) {
-        self.tree = tree
+        self.pages = pages
         self.ranking = ranking
-        self.roots = roots
         var touched: [Touched] = []
         for (item, state) in before {
             let old = try state.map { (state) throws(DatabaseError) in
                 Old(group: state.group, key: try ranking.key(item, data: state.data))
             }
             var new: New?
-            if let location = try tree.location(of: item),
-                let index = try tree.index(of: item, leaf: location.leaf)
+            if let location = try pages.location(of: item),
+                let index = try pages.index(of: item, page: location.page)
             {
                 new = New(group: location.group, key: try ranking.currentKey(item), index: index)
             }
@@ -227,8 +222,7 @@ private struct ViewDiff {
 
     /// How many current items of `group` sort before `key`.
     func rankNow(_ key: ViewSortKey, group: String) throws(DatabaseError) -> Int {
-        guard let root = roots[group]?.root else { return 0 }
-        return try tree.rank(root: root) { (item) throws(DatabaseError) in
+        return try pages.rank(inGroup: group) { (item) throws(DatabaseError) in
             ranking.less(try ranking.currentKey(item), key)
         }
     }
@@ -292,9 +286,10 @@ private struct ViewDiff {
     /// touched items now in it, plus the touched items that were in it.
     private func sectionChanges(currentGroups: [String]) -> [ViewSectionChange] {
         var oldCounts: [String: Int] = [:]
-        for group in Set(roots.keys).union(oldKeys.keys) {
+        for group in Set(pages.layout.groups.keys).union(oldKeys.keys) {
             oldCounts[group] =
-                (roots[group]?.count ?? 0) - (newKeys[group]?.count ?? 0) + (oldKeys[group]?.count ?? 0)
+                (pages.layout.groups[group]?.count ?? 0) - (newKeys[group]?.count ?? 0)
+                + (oldKeys[group]?.count ?? 0)
         }
         let oldGroups = oldCounts.filter { $0.value > 0 }.keys.sorted()
         let current = Set(currentGroups)

@@ -1,0 +1,266 @@
+internal import Foundation
+
+/// One page of a view, as the in-memory layout knows it: its row id, its place among its
+/// group's pages (`position`, increasing in view order, with gaps), how many items it holds,
+/// and its first item (for the binary search of an insertion).
+struct ViewPageEntry: Sendable, Equatable {
+    var id: Int64
+    var position: Int64
+    var count: Int
+    var first: ViewItem
+}
+
+/// One group's pages in view order, with their counts: the order-statistic part of a view,
+/// kept in memory (what YapDatabase calls its page metadata) so that a write changes only page
+/// rows, never a chain of counts up a tree.
+///
+/// Pages sit in immutable chunks of at most ``chunkCapacity`` entries. A change copies one
+/// chunk and the chunk array, so a copy of the list (the writer's, a savepoint's, the one
+/// published to readers) costs O(1) and a change O(pages / capacity + capacity): about 400
+/// references and 64 entries at a million items. Positions answer `index(ofKey:)`: a page row
+/// holds its position, found here by binary search.
+struct ViewPageList: Sendable {
+    static let chunkCapacity = 64
+
+    final class Chunk: Sendable {
+        let pages: [ViewPageEntry]
+        let count: Int
+
+        init(_ pages: [ViewPageEntry]) {
+            self.pages = pages
+            self.count = pages.reduce(0) { $0 + $1.count }
+        }
+    }
+
+    /// A page's place: its chunk and its index in that chunk.
+    struct Slot: Equatable {
+        var chunk: Int
+        var index: Int
+    }
+
+    private(set) var chunks: [Chunk] = []
+    /// The items of every page.
+    private(set) var count = 0
+
+    /// The list of `pages`, already in view order, in chunks filled to three quarters.
+    init(pages: [ViewPageEntry]) {
+        let fill = Self.chunkCapacity * 3 / 4
+        var start = 0
+        while start < pages.count {
+            let chunk = Chunk(Array(pages[start..<min(start + fill, pages.count)]))
+            chunks.append(chunk)
+            count += chunk.count
+            start += fill
+        }
+    }
+
+    var isEmpty: Bool { chunks.isEmpty }
+
+    var pageCount: Int { chunks.reduce(0) { $0 + $1.pages.count } }
+
+    subscript(slot: Slot) -> ViewPageEntry { chunks[slot.chunk].pages[slot.index] }
+
+    var firstSlot: Slot? { chunks.isEmpty ? nil : Slot(chunk: 0, index: 0) }
+
+    var lastSlot: Slot? {
+        chunks.isEmpty ? nil : Slot(chunk: chunks.count - 1, index: chunks[chunks.count - 1].pages.count - 1)
+    }
+
+    func slot(after slot: Slot) -> Slot? {
+        if slot.index + 1 < chunks[slot.chunk].pages.count {
+            return Slot(chunk: slot.chunk, index: slot.index + 1)
+        }
+        return slot.chunk + 1 < chunks.count ? Slot(chunk: slot.chunk + 1, index: 0) : nil
+    }
+
+    /// Every page, in order.
+    var pages: [ViewPageEntry] { chunks.flatMap(\.pages) }
+
+    /// The slot of the page at `position`, by binary search.
+    func slot(ofPosition position: Int64) -> Slot? {
+        guard
+            let chunk = Self.lastIndex(in: chunks.count, { chunks[$0].pages[0].position <= position })
+        else { return nil }
+        let pages = chunks[chunk].pages
+        guard let index = Self.lastIndex(in: pages.count, { pages[$0].position <= position }),
+            pages[index].position == position
+        else { return nil }
+        return Slot(chunk: chunk, index: index)
+    }
+
+    /// How many items the pages before `slot` hold.
+    func itemsBefore(_ slot: Slot) -> Int {
+        var total = 0
+        for chunk in chunks[..<slot.chunk] { total += chunk.count }
+        for page in chunks[slot.chunk].pages[..<slot.index] { total += page.count }
+        return total
+    }
+
+    /// The page that holds the item at `index`, and the item's offset in it.
+    func locate(_ index: Int) -> (slot: Slot, offset: Int)? {
+        guard index >= 0, index < count else { return nil }
+        var remaining = index
+        for (c, chunk) in chunks.enumerated() {
+            guard remaining < chunk.count else {
+                remaining -= chunk.count
+                continue
+            }
+            for (i, page) in chunk.pages.enumerated() {
+                if remaining < page.count { return (Slot(chunk: c, index: i), remaining) }
+                remaining -= page.count
+            }
+        }
+        return nil
+    }
+
+    /// The last page whose first item sorts before the key `isBefore` compares with, when that
+    /// holds for a prefix of the pages: O(log pages) comparisons.
+    func lastSlot(where isBefore: (ViewItem) throws(DatabaseError) -> Bool) throws(DatabaseError) -> Slot? {
+        let chunk = try Self.lastIndex(in: chunks.count) { (c) throws(DatabaseError) in
+            try isBefore(chunks[c].pages[0].first)
+        }
+        guard let chunk else { return nil }
+        let pages = chunks[chunk].pages
+        let index = try Self.lastIndex(in: pages.count) { (i) throws(DatabaseError) in
+            try isBefore(pages[i].first)
+        }
+        return Slot(chunk: chunk, index: index ?? 0)
+    }
+
+    mutating func replace(_ slot: Slot, with entry: ViewPageEntry) {
+        var pages = chunks[slot.chunk].pages
+        count += entry.count - pages[slot.index].count
+        pages[slot.index] = entry
+        chunks[slot.chunk] = Chunk(pages)
+    }
+
+    mutating func remove(_ slot: Slot) {
+        var pages = chunks[slot.chunk].pages
+        count -= pages[slot.index].count
+        pages.remove(at: slot.index)
+        if pages.isEmpty {
+            chunks.remove(at: slot.chunk)
+        } else {
+            chunks[slot.chunk] = Chunk(pages)
+        }
+    }
+
+    /// Inserts `entry` right after `slot`; a full chunk splits in two.
+    mutating func insert(_ entry: ViewPageEntry, after slot: Slot) {
+        var pages = chunks[slot.chunk].pages
+        pages.insert(entry, at: slot.index + 1)
+        count += entry.count
+        guard pages.count > Self.chunkCapacity else {
+            chunks[slot.chunk] = Chunk(pages)
+            return
+        }
+        let half = pages.count / 2
+        chunks[slot.chunk] = Chunk(Array(pages[..<half]))
+        chunks.insert(Chunk(Array(pages[half...])), at: slot.chunk + 1)
+    }
+
+    /// Gives every page a new position (`positions[i]` for the i-th page), same order.
+    mutating func renumber(_ positions: [Int64]) {
+        var next = 0
+        chunks = chunks.map { chunk in
+            Chunk(
+                chunk.pages.map { page in
+                    var page = page
+                    page.position = positions[next]
+                    next += 1
+                    return page
+                })
+        }
+    }
+
+    /// The last index in `0..<count` for which `isBefore` holds, when it holds for a prefix.
+    static func lastIndex<E: Error>(in count: Int, _ isBefore: (Int) throws(E) -> Bool) throws(E) -> Int? {
+        var low = 0
+        var high = count
+        while low < high {
+            let middle = (low + high) / 2
+            if try isBefore(middle) { low = middle + 1 } else { high = middle }
+        }
+        return low == 0 ? nil : low - 1
+    }
+}
+
+/// Every group's pages of one view at one commit: the part of the view that lives in memory
+/// (the items live in page rows, see ``ViewPages``).
+///
+/// A layout is a value and cheap to copy, so one commit's layout is shared: the writer
+/// publishes the layout of each commit it makes (``ExtensionCaches``), a reader at that commit
+/// takes it, a bookmarked connection keeps the one of its commit, and any other reader loads
+/// it once from the page rows (O(pages), about 20k rows at a million items).
+struct ViewLayout: Sendable {
+    var groups: [String: ViewPageList] = [:]
+
+    /// The groups that hold items, sorted.
+    var groupNames: [String] { groups.keys.sorted() }
+
+    /// The layout the page rows of `prefix` hold, read on `handle`.
+    static func load(handle: SQLiteHandle, prefix: String) throws(DatabaseError) -> ViewLayout {
+        let select = try handle.cachedStatement("SELECT id, grp, position, data FROM \(prefix)page")
+        defer { select.reset() }
+        var byGroup: [String: [ViewPageEntry]] = [:]
+        while try select.step() {
+            let id = select.int64(at: 0)
+            guard let (count, first) = PageCoding.header(select.data(at: 3)), count > 0 else {
+                throw ViewPages.damaged(prefix, "page \(id) cannot be read")
+            }
+            byGroup[select.string(at: 1), default: []].append(
+                ViewPageEntry(id: id, position: select.int64(at: 2), count: count, first: first))
+        }
+        var layout = ViewLayout()
+        for (group, pages) in byGroup {
+            layout.groups[group] = ViewPageList(pages: pages.sorted { $0.position < $1.position })
+        }
+        return layout
+    }
+
+    /// The layout of the view `name` at `transaction`'s commit: the writer's own in a write
+    /// transaction that changed the view, else the connection's or the published one of that
+    /// commit, else loaded from the page rows (and kept for the next reader of that commit).
+    static func current(
+        name: String, context: ExtensionContext, transaction: ReadTransaction
+    ) throws(DatabaseError) -> ViewLayout {
+        if let write = transaction as? ReadWriteTransaction,
+            let writer = write.extensionWriters.existingWriter(named: name) as? any ViewLayoutSource
+        {
+            return try writer.currentLayout()
+        }
+        return try committed(name: name, context: context, transaction: transaction)
+    }
+
+    /// The layout of the view `name` as `transaction`'s commit left it (what a write
+    /// transaction's writer starts from).
+    static func committed(
+        name: String, context: ExtensionContext, transaction: ReadTransaction
+    ) throws(DatabaseError) -> ViewLayout {
+        let commit = transaction.commit
+        let handle = context.handle
+        if let kept = handle.viewLayouts[name], kept.commit == commit { return kept.layout.layout }
+        let caches = transaction.core.database.extensionCaches
+        let box: ViewLayoutBox
+        if let published = caches.published(name, at: commit) as? ViewLayoutBox {
+            box = published
+        } else {
+            box = ViewLayoutBox(try load(handle: handle, prefix: context.tablePrefix))
+            caches.offer(name, at: commit, box)
+        }
+        handle.viewLayouts[name] = (commit, box)
+        return box.layout
+    }
+}
+
+/// A layout shared between connections.
+final class ViewLayoutBox: Sendable {
+    let layout: ViewLayout
+
+    init(_ layout: ViewLayout) { self.layout = layout }
+}
+
+/// A view writer, whose layout a read inside its transaction uses.
+protocol ViewLayoutSource: AnyObject {
+    func currentLayout() throws(DatabaseError) -> ViewLayout
+}

@@ -1,0 +1,544 @@
+internal import Foundation
+
+/// A view's storage: its items in pages of at most ``pageCapacity`` item ids, one row each, and
+/// a map from each item to its page; which pages a group has, in which order and with how many
+/// items, is the in-memory ``ViewLayout``.
+///
+/// Tables (`P` is the view's table prefix):
+/// - `P_page(id, grp, position, data)`: one row per page: its group, its place among the
+///   group's pages (increasing in view order, with gaps so that a split rarely renumbers), and
+///   its items in view order.
+/// - `P_map(collection, key, grp, page)`: each item's group and page, for `index(ofKey:)` and
+///   for removals without a search.
+///
+/// This is YapDatabase's layout. Counts live in the page rows and in memory, not in a tree of
+/// rows, so moving one item writes its old page, its new page and its map row: three rows,
+/// where a counted B+tree in rows also rewrites every ancestor of both leaves (the counts) and
+/// its root. Under synchronous FULL each page SQLite writes is a WAL frame to sync, so the
+/// number of rows a move writes is what a one-row commit into a view costs.
+///
+/// Positions: inserting an item binary-searches the group's pages by their first items (in
+/// memory), then the page's items; each comparison decodes a value. `item(at:)` finds its page
+/// by counts in memory and reads one row; `index(ofKey:)` reads the map row and the page row,
+/// whose position the layout finds by binary search. Pages split when full and are removed when
+/// empty; they are not merged.
+///
+/// A store made for a write transaction caches the pages it reads and writes changed ones back
+/// only on ``flush()`` (at the end of the transaction, before a savepoint begins, and before the
+/// transaction reads the view): a bulk commit writes each page once, not once per item. After a
+/// savepoint rolls back, SQLite has undone the rows and ``discardCache()`` drops the cache with
+/// them (the writer restores the layout it saved when the savepoint began).
+final class ViewPages {
+    static let pageCapacity = 64
+    /// Past this many cached pages the cache is written back and emptied, so that a rebuild or a
+    /// bulk commit over a large view does not hold the whole view in memory.
+    static let cacheLimit = 4_096
+    /// The distance between the positions of consecutive pages when positions are handed out.
+    static let positionStep: Int64 = 1 << 32
+
+    struct Page: Equatable {
+        let id: Int64
+        let group: String
+        var position: Int64
+        var items: [ViewItem]
+
+        var entry: ViewPageEntry {
+            ViewPageEntry(id: id, position: position, count: items.count, first: items[0])
+        }
+    }
+
+    let handle: SQLiteHandle
+    let prefix: String
+    /// Every group's pages, in step with the page rows (and ahead of them until ``flush()``).
+    private(set) var layout: ViewLayout
+    /// Pages read or written since the last ``discardCache()``, by id (write transactions only).
+    private var cache: [Int64: Page] = [:]
+    /// The cached pages whose rows are not written yet.
+    private var dirty: Set<Int64> = []
+    private let caches: Bool
+
+    /// A store over the tables named with `prefix` whose pages `layout` describes; `caching`
+    /// for a write transaction's writer (see the type's notes), not for readers.
+    init(handle: SQLiteHandle, prefix: String, layout: ViewLayout, caching: Bool = false) {
+        self.handle = handle
+        self.prefix = prefix
+        self.layout = layout
+        self.caches = caching
+    }
+
+    static func createTables(prefix: String, handle: SQLiteHandle) throws(DatabaseError) {
+        try handle.execute(
+            """
+            CREATE TABLE \(prefix)page(id INTEGER PRIMARY KEY, grp TEXT NOT NULL, position INTEGER NOT NULL,
+                data BLOB NOT NULL);
+            CREATE TABLE \(prefix)map(collection TEXT NOT NULL, key TEXT NOT NULL, grp TEXT NOT NULL,
+                page INTEGER NOT NULL, PRIMARY KEY (collection, key)) WITHOUT ROWID;
+            """)
+    }
+
+    /// Writes the changed pages to their rows.
+    func flush() throws(DatabaseError) {
+        guard !dirty.isEmpty else { return }
+        let update = try statement("UPDATE \(prefix)page SET position = ?2, data = ?3 WHERE id = ?1")
+        for id in dirty.sorted() {
+            guard let page = cache[id] else { continue }
+            try update.bind(id, at: 1)
+            try update.bind(page.position, at: 2)
+            try update.bind(PageCoding.encode(page.items), at: 3)
+            try update.execute()
+        }
+        dirty.removeAll(keepingCapacity: true)
+    }
+
+    /// Forgets every cached page, written or not: after a savepoint rolled the rows back.
+    func discardCache() {
+        cache.removeAll()
+        dirty.removeAll()
+    }
+
+    /// Puts back the layout of an earlier point of the transaction (a savepoint's start).
+    func restore(_ layout: ViewLayout) {
+        self.layout = layout
+    }
+
+    private func remember(_ page: Page) throws(DatabaseError) {
+        if cache.count >= Self.cacheLimit, cache[page.id] == nil {
+            try flush()
+            cache.removeAll(keepingCapacity: true)
+        }
+        cache[page.id] = page
+    }
+
+    // MARK: Rows
+
+    private func statement(_ sql: String) throws(DatabaseError) -> SQLiteStatement {
+        try handle.cachedStatement(sql)
+    }
+
+    func page(_ id: Int64) throws(DatabaseError) -> Page {
+        if caches, let page = cache[id] { return page }
+        let select = try statement("SELECT grp, position, data FROM \(prefix)page WHERE id = ?1")
+        defer { select.reset() }
+        try select.bind(id, at: 1)
+        guard try select.step() else { throw Self.damaged(prefix, "page \(id) is missing") }
+        guard let items = PageCoding.decode(select.data(at: 2)), !items.isEmpty else {
+            throw Self.damaged(prefix, "page \(id) cannot be read")
+        }
+        let page = Page(id: id, group: select.string(at: 0), position: select.int64(at: 1), items: items)
+        if caches { try remember(page) }
+        return page
+    }
+
+    private func save(_ page: Page) throws(DatabaseError) {
+        if caches {
+            try remember(page)
+            dirty.insert(page.id)
+            return
+        }
+        let update = try statement("UPDATE \(prefix)page SET position = ?2, data = ?3 WHERE id = ?1")
+        try update.bind(page.id, at: 1)
+        try update.bind(page.position, at: 2)
+        try update.bind(PageCoding.encode(page.items), at: 3)
+        try update.execute()
+    }
+
+    /// A new page row holding `items`.
+    private func newPage(group: String, position: Int64, items: [ViewItem]) throws(DatabaseError) -> Page {
+        let insert = try statement("INSERT INTO \(prefix)page(grp, position, data) VALUES (?1, ?2, ?3)")
+        try insert.bind(group, at: 1)
+        try insert.bind(position, at: 2)
+        try insert.bind(PageCoding.encode(items), at: 3)
+        try insert.execute()
+        let page = Page(id: handle.lastInsertRowID, group: group, position: position, items: items)
+        if caches { try remember(page) }
+        return page
+    }
+
+    private func deletePage(_ id: Int64) throws(DatabaseError) {
+        cache[id] = nil
+        dirty.remove(id)
+        let delete = try statement("DELETE FROM \(prefix)page WHERE id = ?1")
+        try delete.bind(id, at: 1)
+        try delete.execute()
+    }
+
+    /// The group and page of `item`, or `nil` when it is not in the view.
+    func location(of item: ViewItem) throws(DatabaseError) -> (group: String, page: Int64)? {
+        let select = try statement("SELECT grp, page FROM \(prefix)map WHERE collection = ?1 AND key = ?2")
+        defer { select.reset() }
+        try select.bind(item.collection, at: 1)
+        try select.bind(item.key, at: 2)
+        guard try select.step() else { return nil }
+        return (select.string(at: 0), select.int64(at: 1))
+    }
+
+    private func setLocation(of item: ViewItem, group: String, page: Int64) throws(DatabaseError) {
+        let upsert = try statement(
+            "INSERT OR REPLACE INTO \(prefix)map(collection, key, grp, page) VALUES (?1, ?2, ?3, ?4)")
+        try upsert.bind(item.collection, at: 1)
+        try upsert.bind(item.key, at: 2)
+        try upsert.bind(group, at: 3)
+        try upsert.bind(page, at: 4)
+        try upsert.execute()
+    }
+
+    private func removeLocation(of item: ViewItem) throws(DatabaseError) {
+        let delete = try statement("DELETE FROM \(prefix)map WHERE collection = ?1 AND key = ?2")
+        try delete.bind(item.collection, at: 1)
+        try delete.bind(item.key, at: 2)
+        try delete.execute()
+    }
+
+    /// The items of `collection` in the view (for `removeAll(inCollection:)`).
+    func items(inCollection collection: String) throws(DatabaseError) -> [ViewItem] {
+        let select = try statement("SELECT key FROM \(prefix)map WHERE collection = ?1")
+        defer { select.reset() }
+        try select.bind(collection, at: 1)
+        var items: [ViewItem] = []
+        while try select.step() { items.append(ViewItem(collection: collection, key: select.string(at: 0))) }
+        return items
+    }
+
+    /// Every item in the view.
+    func allItems() throws(DatabaseError) -> [ViewItem] {
+        let select = try statement("SELECT collection, key FROM \(prefix)map")
+        defer { select.reset() }
+        var items: [ViewItem] = []
+        while try select.step() {
+            items.append(ViewItem(collection: select.string(at: 0), key: select.string(at: 1)))
+        }
+        return items
+    }
+
+    func removeEverything() throws(DatabaseError) {
+        discardCache()
+        layout = ViewLayout()
+        try handle.execute("DELETE FROM \(prefix)page; DELETE FROM \(prefix)map;")
+    }
+
+    // MARK: Reading positions
+
+    /// The page of `page`'s group list, checked against the layout.
+    private func slot(of page: Page) throws(DatabaseError) -> ViewPageList.Slot {
+        guard let list = layout.groups[page.group], let slot = list.slot(ofPosition: page.position),
+            list[slot].id == page.id
+        else {
+            throw Self.damaged(prefix, "page \(page.id) is not where its group's pages say")
+        }
+        return slot
+    }
+
+    /// The item at `index` of `group`: the page from the counts in memory, then one row.
+    func item(at index: Int, inGroup group: String) throws(DatabaseError) -> ViewItem? {
+        guard let list = layout.groups[group], let (slot, offset) = list.locate(index) else { return nil }
+        let page = try self.page(list[slot].id)
+        return offset < page.items.count ? page.items[offset] : nil
+    }
+
+    /// The index of `item`, in `page`, in its group.
+    func index(of item: ViewItem, page id: Int64) throws(DatabaseError) -> Int? {
+        let page = try self.page(id)
+        guard let offset = page.items.firstIndex(of: item) else { return nil }
+        let slot = try self.slot(of: page)
+        return layout.groups[page.group]!.itemsBefore(slot) + offset
+    }
+
+    /// Every item of `group`, in order.
+    func items(inGroup group: String) throws(DatabaseError) -> [ViewItem] {
+        guard let list = layout.groups[group] else { return [] }
+        var items: [ViewItem] = []
+        items.reserveCapacity(list.count)
+        for entry in list.pages { items += try page(entry.id).items }
+        return items
+    }
+
+    /// How many items of `group` sort before the key `isBefore` compares with: a binary search
+    /// of the pages' first items, then of one page.
+    func rank(inGroup group: String, isBefore: (ViewItem) throws(DatabaseError) -> Bool) throws(DatabaseError)
+        -> Int
+    {
+        guard let list = layout.groups[group], let slot = try list.lastSlot(where: isBefore) else { return 0 }
+        let page = try self.page(list[slot].id)
+        let inPage = try ViewPageList.lastIndex(in: page.items.count) { (i) throws(DatabaseError) in
+            try isBefore(page.items[i])
+        }
+        return list.itemsBefore(slot) + (inPage.map { $0 + 1 } ?? 0)
+    }
+
+    // MARK: Changing the view
+
+    /// Whether `item`, in `page`, would stay where it is with a new value: its neighbours still
+    /// come before and after it (`inOrder(neighbour, neighbourIsBefore)`). Answers `false`
+    /// (move it) when a neighbour is in another page.
+    func keepsPlace(
+        _ item: ViewItem, page id: Int64, inOrder: (ViewItem, Bool) throws(DatabaseError) -> Bool
+    ) throws(DatabaseError) -> Bool {
+        let page = try self.page(id)
+        guard let position = page.items.firstIndex(of: item) else { return false }
+        let slot = try self.slot(of: page)
+        let list = layout.groups[page.group]!
+        if position > 0 {
+            guard try inOrder(page.items[position - 1], true) else { return false }
+        } else if slot != list.firstSlot {
+            return false
+        }
+        if position + 1 < page.items.count {
+            guard try inOrder(page.items[position + 1], false) else { return false }
+        } else if slot != list.lastSlot {
+            return false
+        }
+        return true
+    }
+
+    /// Moves `item`, in `page`, to the place `isBefore` gives when that place is inside the same
+    /// page (at its ends only when the page is the group's first or last): one row changes.
+    /// Returns `false` and changes nothing otherwise.
+    func moveWithinPage(
+        _ item: ViewItem, page id: Int64, isBefore: (ViewItem) throws(DatabaseError) -> Bool
+    ) throws(DatabaseError) -> Bool {
+        var page = try self.page(id)
+        guard let from = page.items.firstIndex(of: item) else { return false }
+        var others = page.items
+        others.remove(at: from)
+        guard !others.isEmpty else { return false }
+        let slot = try self.slot(of: page)
+        let list = layout.groups[page.group]!
+        let isFirst = slot == list.firstSlot
+        let isLast = slot == list.lastSlot
+        // Most moves leave the page: two comparisons with its ends say so before a search.
+        if !isLast, try isBefore(others[others.count - 1]) { return false }
+        if !isFirst, try !isBefore(others[0]) { return false }
+        let position =
+            (try ViewPageList.lastIndex(in: others.count) { (i) throws(DatabaseError) in
+                try isBefore(others[i])
+            })
+            .map { $0 + 1 } ?? 0
+        others.insert(item, at: position)
+        page.items = others
+        try save(page)
+        if page.items[0] != list[slot].first { layout.groups[page.group]!.replace(slot, with: page.entry) }
+        return true
+    }
+
+    /// Inserts `item` into `group` at the place `isBefore` (whether an item sorts before the
+    /// new one) gives.
+    func insert(
+        _ item: ViewItem, group: String, isBefore: (ViewItem) throws(DatabaseError) -> Bool
+    ) throws(DatabaseError) {
+        guard let list = layout.groups[group], !list.isEmpty else {
+            let page = try newPage(group: group, position: Self.positionStep, items: [item])
+            try setLocation(of: item, group: group, page: page.id)
+            layout.groups[group] = ViewPageList(pages: [page.entry])
+            return
+        }
+        let slot = try list.lastSlot(where: isBefore) ?? list.firstSlot!
+        var page = try self.page(list[slot].id)
+        let position =
+            (try ViewPageList.lastIndex(in: page.items.count) { (i) throws(DatabaseError) in
+                try isBefore(page.items[i])
+            })
+            .map { $0 + 1 } ?? 0
+        page.items.insert(item, at: position)
+        guard page.items.count > Self.pageCapacity else {
+            try setLocation(of: item, group: group, page: page.id)
+            try save(page)
+            layout.groups[group]!.replace(slot, with: page.entry)
+            return
+        }
+        // Split: the right half goes to a new page placed between this one and the next.
+        let half = page.items.count / 2
+        let right = Array(page.items[half...])
+        page.items.removeSubrange(half...)
+        if position < half { try setLocation(of: item, group: group, page: page.id) }
+        try save(page)
+        layout.groups[group]!.replace(slot, with: page.entry)
+        let rightPosition = try positionAfter(slot, inGroup: group)
+        let newPage = try newPage(group: group, position: rightPosition, items: right)
+        for moved in right { try setLocation(of: moved, group: group, page: newPage.id) }
+        layout.groups[group]!.insert(newPage.entry, after: slot)
+    }
+
+    /// A free position between the page at `slot` and the next one (or past the last one);
+    /// renumbers the group's pages when there is none (slots stay as they are).
+    private func positionAfter(_ slot: ViewPageList.Slot, inGroup group: String) throws(DatabaseError)
+        -> Int64
+    {
+        if let position = Self.freePosition(after: slot, in: layout.groups[group]!) { return position }
+        try renumber(group)
+        return Self.freePosition(after: slot, in: layout.groups[group]!)!
+    }
+
+    private static func freePosition(after slot: ViewPageList.Slot, in list: ViewPageList) -> Int64? {
+        let here = list[slot].position
+        guard let next = list.slot(after: slot) else {
+            return here <= Int64.max - positionStep ? here + positionStep : nil
+        }
+        let gap = list[next].position - here
+        return gap > 1 ? here + gap / 2 : nil
+    }
+
+    /// Spreads `group`'s page positions `positionStep` apart again (rare: it takes about 32
+    /// splits at one place, or 2^31 pages appended at the end).
+    private func renumber(_ group: String) throws(DatabaseError) {
+        let pages = layout.groups[group]!.pages
+        let positions = (0..<pages.count).map { Int64($0 + 1) * Self.positionStep }
+        let update = try statement("UPDATE \(prefix)page SET position = ?2 WHERE id = ?1")
+        for (entry, position) in zip(pages, positions) {
+            if var cached = cache[entry.id] {
+                cached.position = position
+                cache[entry.id] = cached
+            }
+            try update.bind(entry.id, at: 1)
+            try update.bind(position, at: 2)
+            try update.execute()
+        }
+        layout.groups[group]!.renumber(positions)
+    }
+
+    /// Removes `item`, which is in `group` at `page`; an emptied page is removed.
+    func remove(_ item: ViewItem, group: String, page id: Int64) throws(DatabaseError) {
+        var page = try self.page(id)
+        guard page.group == group, let offset = page.items.firstIndex(of: item) else {
+            throw Self.damaged(prefix, "\(item) is not in its page \(id)")
+        }
+        let slot = try self.slot(of: page)
+        page.items.remove(at: offset)
+        try removeLocation(of: item)
+        if page.items.isEmpty {
+            try deletePage(id)
+            layout.groups[group]!.remove(slot)
+            if layout.groups[group]!.isEmpty { layout.groups[group] = nil }
+        } else {
+            try save(page)
+            layout.groups[group]!.replace(slot, with: page.entry)
+        }
+    }
+
+    /// Builds a group from items already in view order, in pages filled to three quarters (room
+    /// for inserts without splitting at once): for a rebuild.
+    func build(group: String, items: [ViewItem]) throws(DatabaseError) {
+        guard !items.isEmpty else { return }
+        let fill = Self.pageCapacity * 3 / 4
+        var entries: [ViewPageEntry] = []
+        var start = 0
+        let insert = try statement("INSERT INTO \(prefix)page(grp, position, data) VALUES (?1, ?2, ?3)")
+        while start < items.count {
+            let slice = Array(items[start..<min(start + fill, items.count)])
+            let position = Int64(entries.count + 1) * Self.positionStep
+            try insert.bind(group, at: 1)
+            try insert.bind(position, at: 2)
+            try insert.bind(PageCoding.encode(slice), at: 3)
+            try insert.execute()
+            let id = handle.lastInsertRowID
+            for item in slice { try setLocation(of: item, group: group, page: id) }
+            entries.append(ViewPageEntry(id: id, position: position, count: slice.count, first: slice[0]))
+            start += fill
+        }
+        layout.groups[group] = ViewPageList(pages: entries)
+    }
+
+    static func damaged(_ prefix: String, _ detail: String) -> DatabaseError {
+        DatabaseError(
+            .corrupt,
+            "the view's tables (\(prefix)*) are damaged: \(detail); register the view with a new version to rebuild it"
+        )
+    }
+}
+
+/// The bytes of a view page: the item count, then each item (collection, key); integers
+/// little-endian, strings length-prefixed UTF-8.
+///
+/// Written and read through raw buffers in one pass each way: a page is encoded on every write
+/// into it and decoded on every read, so this is on the path of every commit into a view.
+enum PageCoding {
+    static func encode(_ items: [ViewItem]) -> Data {
+        var size = 8
+        for item in items { size += 16 + item.collection.utf8.count + item.key.utf8.count }
+        var data = Data(count: size)
+        data.withUnsafeMutableBytes { buffer in
+            var writer = Writer(buffer: buffer)
+            writer.int(Int64(items.count))
+            for item in items {
+                writer.string(item.collection)
+                writer.string(item.key)
+            }
+        }
+        return data
+    }
+
+    static func decode(_ data: Data) -> [ViewItem]? {
+        data.withUnsafeBytes { buffer in
+            var reader = Reader(buffer: buffer)
+            guard let count = reader.int(), count >= 0, count <= buffer.count else { return nil }
+            var items: [ViewItem] = []
+            items.reserveCapacity(Int(count))
+            for _ in 0..<count {
+                guard let collection = reader.string(), let key = reader.string() else { return nil }
+                items.append(ViewItem(collection: collection, key: key))
+            }
+            return reader.offset == buffer.count ? items : nil
+        }
+    }
+
+    /// The item count and the first item, without decoding the rest.
+    static func header(_ data: Data) -> (count: Int, first: ViewItem)? {
+        data.withUnsafeBytes { buffer in
+            var reader = Reader(buffer: buffer)
+            guard let count = reader.int(), count > 0, count <= buffer.count,
+                let collection = reader.string(), let key = reader.string()
+            else { return nil }
+            return (Int(count), ViewItem(collection: collection, key: key))
+        }
+    }
+
+    /// Writes into a buffer sized by ``encode(_:)``.
+    private struct Writer {
+        let buffer: UnsafeMutableRawBufferPointer
+        var offset = 0
+
+        mutating func byte(_ value: UInt8) {
+            buffer[offset] = value
+            offset += 1
+        }
+
+        mutating func int(_ value: Int64) {
+            buffer.storeBytes(of: value.littleEndian, toByteOffset: offset, as: Int64.self)
+            offset += 8
+        }
+
+        mutating func string(_ string: String) {
+            var string = string
+            string.withUTF8 { utf8 in
+                int(Int64(utf8.count))
+                guard let base = utf8.baseAddress, !utf8.isEmpty else { return }
+                (buffer.baseAddress! + offset).copyMemory(from: base, byteCount: utf8.count)
+                offset += utf8.count
+            }
+        }
+    }
+
+    private struct Reader {
+        let buffer: UnsafeRawBufferPointer
+        var offset = 0
+
+        mutating func byte() -> UInt8? {
+            guard offset < buffer.count else { return nil }
+            defer { offset += 1 }
+            return buffer[offset]
+        }
+
+        mutating func int() -> Int64? {
+            guard offset + 8 <= buffer.count else { return nil }
+            defer { offset += 8 }
+            return Int64(littleEndian: buffer.loadUnaligned(fromByteOffset: offset, as: Int64.self))
+        }
+
+        mutating func string() -> String? {
+            guard let length = int(), length >= 0, length <= buffer.count - offset else { return nil }
+            defer { offset += Int(length) }
+            return String(
+                decoding: UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + Int(length)]),
+                as: UTF8.self)
+        }
+    }
+}
