@@ -321,9 +321,9 @@ struct FilteredViewTests {
     }
 }
 
-/// Views large enough for several levels of the tree: splits, removals that empty leaves and
-/// collapse the root, positions answered by climbing parent links.
-@Suite("Views with deep trees")
+/// Views large enough for many pages: splits, removals that empty pages, and positions answered
+/// from the layout's counts.
+@Suite("Views with many pages")
 struct DeepViewTests {
     @Test(arguments: [21, 22]) func aDeepViewStaysSortedAndItsRowChangesHold(seed: UInt64) throws {
         var random = SeededGenerator(state: seed)
@@ -352,7 +352,7 @@ struct DeepViewTests {
                         }
                     }
                     if round == 25 {
-                        // Most of a group at once: leaves empty, the tree shrinks.
+                        // Most of a group at once: pages empty and are removed.
                         for index in 0..<2_500 {
                             try txn.removeValue(forKey: "n\(index)", inCollection: "notes")
                         }
@@ -382,10 +382,10 @@ struct DeepViewTests {
         }
     }
 
-    /// The writer holds changed nodes back until the end of the transaction: a savepoint that
+    /// The writer holds changed pages back until the end of the transaction: a savepoint that
     /// rolls back, a view read inside the transaction, and the commit must all see exactly the
-    /// writes that stand (about 2,000 items, so moves cross leaves and the tree has levels).
-    @Test func heldBackNodesMeetSavepointsAndReadsInsideTheTransaction() throws {
+    /// writes that stand (about 2,000 items, so moves cross pages).
+    @Test func heldBackPagesMeetSavepointsAndReadsInsideTheTransaction() throws {
         var random = SeededGenerator(state: 7)
         try withTemporaryDatabase { db throws in
             try db.register(ViewTests.byTitle)
@@ -405,7 +405,7 @@ struct DeepViewTests {
                             note(), forKey: "n\(Int.random(in: 0..<2_000, using: &random))",
                             inCollection: "notes")
                     }
-                    // Read inside the transaction: the held-back nodes are written first.
+                    // Read inside the transaction: the held-back pages are written first.
                     #expect(
                         ViewTests.rows(try txn.view(named: "byTitle")) == (try ViewTests.expectedRows(txn)))
                     try txn.savepoint { txn in
@@ -419,7 +419,7 @@ struct DeepViewTests {
                         }
                         txn.rollback()
                     }
-                    // After the rollback the writer must not reuse nodes or values from inside it.
+                    // After the rollback the writer must not reuse pages, layout or values from inside it.
                     for _ in 0..<50 {
                         try txn.set(
                             note(), forKey: "n\(Int.random(in: 0..<2_000, using: &random))",
