@@ -147,6 +147,8 @@ protocol ViewRanking: AnyObject {
     func key(_ item: ViewItem, data: Data) throws(DatabaseError) -> ViewSortKey
     /// Whether `lhs` sorts before `rhs`.
     func less(_ lhs: ViewSortKey, _ rhs: ViewSortKey) -> Bool
+    /// Compares items with `key`, for a binary search.
+    func probe(for key: ViewSortKey) -> ViewProbe
 }
 
 /// A view's grouping and order over decoded values, with the values it decoded kept for the
@@ -210,6 +212,17 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
         // The keys were made by this order from `Value`s.
         less(lhs.value as! Value, lhs.item, rhs.value as! Value, rhs.item)
     }
+
+    /// Compares items with `item` at `value`, for a binary search.
+    func probe(_ item: ViewItem, at value: Value) -> ViewProbe {
+        ViewProbe(
+            isBefore: { (other) throws(DatabaseError) in self.less(try self.value(other), other, value, item)
+            },
+            isValueBefore: { other, known in (known as? Value).map { self.less($0, other, value, item) } },
+            value: { (other) throws(DatabaseError) in try self.value(other) })
+    }
+
+    func probe(for key: ViewSortKey) -> ViewProbe { probe(key.item, at: key.value as! Value) }
 }
 
 /// What a view records of one commit: for each item the commit touched, where it was before
@@ -354,7 +367,11 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
                 return isBefore
                     ? order.less(other, neighbour, value, item) : order.less(value, item, other, neighbour)
             }
-            if stays { return }
+            if stays {
+                // Its page may keep its old value as the page's first.
+                try pages.valueChanged(item, page: location.page)
+                return
+            }
             let moved = try pages.moveWithinPage(item, page: location.page) { (other) throws(DatabaseError) in
                 order.less(try order.value(other), other, value, item)
             }
@@ -362,9 +379,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         }
         if let location { try pages.remove(item, group: location.group, page: location.page) }
         guard let group else { return }
-        try pages.insert(item, group: group) { (other) throws(DatabaseError) in
-            order.less(try order.value(other), other, value, item)
-        }
+        try pages.insert(item, group: group, probe: order.probe(item, at: value))
     }
 
     func willRemove(forKey key: String, inCollection collection: String) throws(DatabaseError) {

@@ -2,12 +2,28 @@ internal import Foundation
 
 /// One page of a view, as the in-memory layout knows it: its row id, its place among its
 /// group's pages (`position`, increasing in view order, with gaps), how many items it holds,
-/// and its first item (for the binary search of an insertion).
-struct ViewPageEntry: Sendable, Equatable {
+/// and its first item (for the binary searches of an insertion and of a rank).
+///
+/// `firstValue` is the first item's value at the layout's commit, decoded, once the writer has
+/// compared with it: the searches then compare without reading or decoding it. The writer
+/// forgets it whenever the page's first item or that item's value changes, so a layout never
+/// holds a value of another commit; `nil` means "read it".
+struct ViewPageEntry: Sendable {
     var id: Int64
     var position: Int64
     var count: Int
     var first: ViewItem
+    var firstValue: (any Sendable)? = nil
+}
+
+/// How a binary search compares items with the key it places or ranks.
+struct ViewProbe {
+    /// Whether `item`, with its value as the transaction reads it now, sorts before the key.
+    let isBefore: (ViewItem) throws(DatabaseError) -> Bool
+    /// The same with the item's value given; `nil` when the value is not of the view's type.
+    let isValueBefore: (ViewItem, any Sendable) -> Bool?
+    /// The value of `item` as the transaction reads it now.
+    let value: (ViewItem) throws(DatabaseError) -> any Sendable
 }
 
 /// One group's pages in view order, with their counts: the order-statistic part of a view,
@@ -113,18 +129,42 @@ struct ViewPageList: Sendable {
         return nil
     }
 
-    /// The last page whose first item sorts before the key `isBefore` compares with, when that
-    /// holds for a prefix of the pages: O(log pages) comparisons.
-    func lastSlot(where isBefore: (ViewItem) throws(DatabaseError) -> Bool) throws(DatabaseError) -> Slot? {
+    /// The last page whose first item sorts before the key `probe` compares with, when that
+    /// holds for a prefix of the pages: O(log pages) comparisons, with the first values the
+    /// entries keep. Also returns the first values it had to read (`fills`), for a writer to
+    /// keep.
+    func lastSlot(_ probe: ViewProbe) throws(DatabaseError) -> (slot: Slot?, fills: [(Slot, any Sendable)]) {
+        var fills: [(Slot, any Sendable)] = []
+        func isBefore(_ slot: Slot) throws(DatabaseError) -> Bool {
+            let entry = self[slot]
+            if let known = entry.firstValue, let answer = probe.isValueBefore(entry.first, known) {
+                return answer
+            }
+            let value = try probe.value(entry.first)
+            fills.append((slot, value))
+            if let answer = probe.isValueBefore(entry.first, value) { return answer }
+            return try probe.isBefore(entry.first)
+        }
         let chunk = try Self.lastIndex(in: chunks.count) { (c) throws(DatabaseError) in
-            try isBefore(chunks[c].pages[0].first)
+            try isBefore(Slot(chunk: c, index: 0))
         }
-        guard let chunk else { return nil }
-        let pages = chunks[chunk].pages
-        let index = try Self.lastIndex(in: pages.count) { (i) throws(DatabaseError) in
-            try isBefore(pages[i].first)
+        guard let chunk else { return (nil, fills) }
+        let index = try Self.lastIndex(in: chunks[chunk].pages.count) { (i) throws(DatabaseError) in
+            try isBefore(Slot(chunk: chunk, index: i))
         }
-        return Slot(chunk: chunk, index: index ?? 0)
+        return (Slot(chunk: chunk, index: index ?? 0), fills)
+    }
+
+    /// Keeps `values` as the first values of their pages (see ``ViewPageEntry/firstValue``).
+    mutating func keepFirstValues(_ values: [(Slot, any Sendable)]) {
+        guard !values.isEmpty else { return }
+        var byChunk: [Int: [(Int, any Sendable)]] = [:]
+        for (slot, value) in values { byChunk[slot.chunk, default: []].append((slot.index, value)) }
+        for (chunk, changes) in byChunk {
+            var pages = chunks[chunk].pages
+            for (index, value) in changes { pages[index].firstValue = value }
+            chunks[chunk] = Chunk(pages)
+        }
     }
 
     mutating func replace(_ slot: Slot, with entry: ViewPageEntry) {

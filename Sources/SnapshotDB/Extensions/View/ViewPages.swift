@@ -252,17 +252,44 @@ final class ViewPages {
         return items
     }
 
-    /// How many items of `group` sort before the key `isBefore` compares with: a binary search
+    /// How many items of `group` sort before the key `probe` compares with: a binary search
     /// of the pages' first items, then of one page.
-    func rank(inGroup group: String, isBefore: (ViewItem) throws(DatabaseError) -> Bool) throws(DatabaseError)
-        -> Int
-    {
-        guard let list = layout.groups[group], let slot = try list.lastSlot(where: isBefore) else { return 0 }
+    func rank(inGroup group: String, probe: ViewProbe) throws(DatabaseError) -> Int {
+        guard let slot = try search(group, probe) else { return 0 }
+        let list = layout.groups[group]!
         let page = try self.page(list[slot].id)
         let inPage = try ViewPageList.lastIndex(in: page.items.count) { (i) throws(DatabaseError) in
-            try isBefore(page.items[i])
+            try probe.isBefore(page.items[i])
         }
         return list.itemsBefore(slot) + (inPage.map { $0 + 1 } ?? 0)
+    }
+
+    /// The last page of `group` whose first item sorts before `probe`'s key; a writer keeps
+    /// the first values the search read.
+    private func search(_ group: String, _ probe: ViewProbe) throws(DatabaseError) -> ViewPageList.Slot? {
+        guard let list = layout.groups[group] else { return nil }
+        let (slot, fills) = try list.lastSlot(probe)
+        if caches, !fills.isEmpty { layout.groups[group]!.keepFirstValues(fills) }
+        return slot
+    }
+
+    /// Puts `page`'s entry at `slot` in step with the page after `changed` moved, arrived or
+    /// left, or changed value: the entry keeps its first value only while its first item is the
+    /// same and is not `changed`.
+    private func updateEntry(_ slot: ViewPageList.Slot, of page: Page, changed: ViewItem) {
+        let old = layout.groups[page.group]![slot]
+        var entry = page.entry
+        if old.first == entry.first && old.first != changed { entry.firstValue = old.firstValue }
+        layout.groups[page.group]!.replace(slot, with: entry)
+    }
+
+    /// `item`, in `page`, keeps its place with a new value: the page's entry forgets the old
+    /// value when `item` is its first.
+    func valueChanged(_ item: ViewItem, page id: Int64) throws(DatabaseError) {
+        let page = try self.page(id)
+        guard page.items[0] == item else { return }
+        let slot = try self.slot(of: page)
+        if layout.groups[page.group]![slot].firstValue != nil { updateEntry(slot, of: page, changed: item) }
     }
 
     // MARK: Changing the view
@@ -316,33 +343,31 @@ final class ViewPages {
         others.insert(item, at: position)
         page.items = others
         try save(page)
-        if page.items[0] != list[slot].first { layout.groups[page.group]!.replace(slot, with: page.entry) }
+        updateEntry(slot, of: page, changed: item)
         return true
     }
 
-    /// Inserts `item` into `group` at the place `isBefore` (whether an item sorts before the
-    /// new one) gives.
-    func insert(
-        _ item: ViewItem, group: String, isBefore: (ViewItem) throws(DatabaseError) -> Bool
-    ) throws(DatabaseError) {
+    /// Inserts `item` into `group` at the place `probe` (whether an item sorts before the new
+    /// one) gives.
+    func insert(_ item: ViewItem, group: String, probe: ViewProbe) throws(DatabaseError) {
         guard let list = layout.groups[group], !list.isEmpty else {
             let page = try newPage(group: group, position: Self.positionStep, items: [item])
             try setLocation(of: item, group: group, page: page.id)
             layout.groups[group] = ViewPageList(pages: [page.entry])
             return
         }
-        let slot = try list.lastSlot(where: isBefore) ?? list.firstSlot!
+        let slot = try search(group, probe) ?? list.firstSlot!
         var page = try self.page(list[slot].id)
         let position =
             (try ViewPageList.lastIndex(in: page.items.count) { (i) throws(DatabaseError) in
-                try isBefore(page.items[i])
+                try probe.isBefore(page.items[i])
             })
             .map { $0 + 1 } ?? 0
         page.items.insert(item, at: position)
         guard page.items.count > Self.pageCapacity else {
             try setLocation(of: item, group: group, page: page.id)
             try save(page)
-            layout.groups[group]!.replace(slot, with: page.entry)
+            updateEntry(slot, of: page, changed: item)
             return
         }
         // Split: the right half goes to a new page placed between this one and the next.
@@ -351,7 +376,7 @@ final class ViewPages {
         page.items.removeSubrange(half...)
         if position < half { try setLocation(of: item, group: group, page: page.id) }
         try save(page)
-        layout.groups[group]!.replace(slot, with: page.entry)
+        updateEntry(slot, of: page, changed: item)
         let rightPosition = try positionAfter(slot, inGroup: group)
         let newPage = try newPage(group: group, position: rightPosition, items: right)
         for moved in right { try setLocation(of: moved, group: group, page: newPage.id) }
@@ -410,7 +435,7 @@ final class ViewPages {
             if layout.groups[group]!.isEmpty { layout.groups[group] = nil }
         } else {
             try save(page)
-            layout.groups[group]!.replace(slot, with: page.entry)
+            updateEntry(slot, of: page, changed: item)
         }
     }
 

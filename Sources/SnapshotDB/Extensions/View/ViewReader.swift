@@ -222,9 +222,7 @@ private struct ViewDiff {
 
     /// How many current items of `group` sort before `key`.
     func rankNow(_ key: ViewSortKey, group: String) throws(DatabaseError) -> Int {
-        return try pages.rank(inGroup: group) { (item) throws(DatabaseError) in
-            ranking.less(try ranking.currentKey(item), key)
-        }
+        return try pages.rank(inGroup: group, probe: ranking.probe(for: key))
     }
 
     func compute(inGroups filter: Set<String>?, currentGroups: [String]) throws(DatabaseError) -> ViewChanges
