@@ -136,6 +136,40 @@ struct ViewLayoutTests {
         }
     }
 
+    /// A bookmark that had not read the view yet when the writer published a newer layout must
+    /// not take that one: it reads the layout of its own commit.
+    @Test func aBookmarkNeverTakesTheLayoutOfALaterCommit() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            func write(_ shift: Int) throws {
+                try writer.readWrite { txn in
+                    for index in 0..<400 {
+                        try txn.set(
+                            Note(
+                                title: String(format: "%04d", (index * 7 + shift) % 400),
+                                folder: (index + shift) % 3 == 0 ? "work" : "inbox", archived: false),
+                            forKey: "n\(index)", inCollection: "notes")
+                    }
+                }
+            }
+            try write(0)
+            let bookmarked = db.newConnection(name: "bookmarked")
+            try bookmarked.beginLongLivedReadTransaction()
+            let expected = try bookmarked.read { try ViewTests.expectedRows($0) }
+            try write(1)
+            try bookmarked.read { txn in
+                let view = try txn.view(named: "byTitle")
+                #expect(ViewTests.rows(view) == expected)
+                Self.checkPositions(view, expected)
+            }
+            try db.newConnection(name: "fresh").read { txn throws in
+                let rows = ViewTests.rows(try txn.view(named: "byTitle"))
+                #expect(rows == (try ViewTests.expectedRows(txn)))
+            }
+        }
+    }
+
     /// A writer that first touches the view inside a savepoint that rolls back must forget what
     /// it did there, layout included, and go on from the transaction's start.
     @Test func aWriterMadeInsideARolledBackSavepointStartsOver() throws {
@@ -175,6 +209,92 @@ struct ViewLayoutTests {
                 return ViewTests.rows(view)
             }
             #expect(try Self.rowsFromTheFile(db.path) == rows)
+        }
+    }
+}
+
+/// Layouts shared between threads: the writer publishes the layout of each commit while
+/// readers on other threads take it, load their own, or keep a bookmarked one. (In the
+/// ThreadSanitizer run, `Scripts/tsan.sh`.)
+@Suite("View layouts shared between threads")
+struct ViewSharingTests {
+    @Test func readersOnOtherThreadsSeeTheLayoutOfTheirCommit() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            let keys = 1_500
+            try db.newConnection(name: "setup").readWrite { txn in
+                for index in 0..<keys {
+                    try txn.set(
+                        Note(
+                            title: String(format: "%05d", index * 37 % keys), folder: "inbox", archived: false
+                        ),
+                        forKey: "n\(index)", inCollection: "notes")
+                }
+            }
+            let writerDone = LockedFlag()
+            let failures = LockedArray()
+            let writing = DispatchGroup()
+            let writer = db.newConnection(name: "writer")
+            DispatchQueue.global().async(group: writing) {
+                var generator = SeededGenerator(state: 5)
+                for _ in 0..<120 {
+                    do {
+                        try writer.readWrite { txn in
+                            for _ in 0..<8 {
+                                let key = "n\(Int.random(in: 0..<keys, using: &generator))"
+                                if Int.random(in: 0..<5, using: &generator) == 0 {
+                                    try txn.removeValue(forKey: key, inCollection: "notes")
+                                } else {
+                                    let title = String(
+                                        format: "%05d", Int.random(in: 0..<99_999, using: &generator))
+                                    let folder =
+                                        Int.random(in: 0..<4, using: &generator) == 0 ? "work" : "inbox"
+                                    try txn.set(
+                                        Note(title: title, folder: folder, archived: false), forKey: key,
+                                        inCollection: "notes")
+                                }
+                            }
+                        }
+                    } catch {
+                        failures.append(1)
+                    }
+                }
+            }
+            let reading = DispatchGroup()
+            for reader in 0..<3 {
+                let bookmarked = db.newConnection(name: "bookmarked-\(reader)")
+                let plain = db.newConnection(name: "plain-\(reader)")
+                DispatchQueue.global().async(group: reading) {
+                    do {
+                        try bookmarked.beginLongLivedReadTransaction()
+                        var previous = try bookmarked.read { ViewTests.rows(try $0.view(named: "byTitle")) }
+                        var rounds = 0
+                        while !writerDone.value || rounds < 3 {
+                            rounds += 1
+                            let fresh = try plain.read { txn in
+                                ViewTests.rows(try txn.view(named: "byTitle"))
+                                    == (try ViewTests.expectedRows(txn))
+                            }
+                            if !fresh { failures.append(2) }
+                            let changes = try bookmarked.beginLongLivedReadTransaction()
+                            try bookmarked.read { txn in
+                                let view = try txn.view(named: "byTitle")
+                                let now = ViewTests.rows(view)
+                                if now != (try ViewTests.expectedRows(txn)) { failures.append(3) }
+                                let rows = try view.changes(for: changes)
+                                if ViewRowChange.apply(rows, to: previous) != now { failures.append(4) }
+                                previous = now
+                            }
+                        }
+                    } catch {
+                        failures.append(5)
+                    }
+                }
+            }
+            writing.wait()
+            writerDone.set()
+            reading.wait()
+            #expect(failures.values.isEmpty, "failures: \(failures.values)")
         }
     }
 }
