@@ -49,6 +49,18 @@ final class SQLiteStatement {
 
     /// Binds bytes (`sqlite3_bind_blob64`, copied by SQLite); empty data binds an empty blob, not
     /// NULL. Bytes longer than SQLite accepts fail with `SQLITE_TOOBIG`, as for ``bind(_:at:)``.
+    /// Binds bytes as a blob (copied by SQLite).
+    func bind(bytes: [UInt8], at index: Int32) throws(DatabaseError) {
+        let result = bytes.withUnsafeBytes { buffer in
+            if let base = buffer.baseAddress {
+                return sqlite3_bind_blob64(
+                    statement, index, base, sqlite3_uint64(buffer.count), snapshotdb_transient)
+            }
+            return sqlite3_bind_zeroblob(statement, index, 0)
+        }
+        try check(result, "bind blob")
+    }
+
     func bind(_ data: Data, at index: Int32) throws(DatabaseError) {
         let result = data.withUnsafeBytes { buffer in
             if let base = buffer.baseAddress {
@@ -247,6 +259,21 @@ final class SQLiteStatement {
     }
 
     /// Column `index` of the current row as bytes (copied out of SQLite's buffer).
+    /// Calls `body` with the blob of column `index` in place (valid only inside `body`).
+    func withBlob<R>(at index: Int32, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        let base = sqlite3_column_blob(statement, index)
+        return body(
+            UnsafeRawBufferPointer(
+                start: base, count: base == nil ? 0 : Int(sqlite3_column_bytes(statement, index))))
+    }
+
+    /// The blob of column `index` as bytes (copied).
+    func bytes(at index: Int32) -> [UInt8] {
+        guard let bytes = sqlite3_column_blob(statement, index) else { return [] }
+        return [UInt8](
+            UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(statement, index))))
+    }
+
     func data(at index: Int32) -> Data {
         guard let bytes = sqlite3_column_blob(statement, index) else { return Data() }
         return Data(bytes: bytes, count: Int(sqlite3_column_bytes(statement, index)))

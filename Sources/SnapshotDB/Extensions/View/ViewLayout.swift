@@ -245,7 +245,7 @@ struct ViewLayout: Sendable {
         var byGroup: [String: [ViewPageEntry]] = [:]
         while try select.step() {
             let id = select.int64(at: 0)
-            guard let (count, first) = PageCoding.header(select.data(at: 3)), count > 0 else {
+            guard let (count, first) = select.withBlob(at: 3, PageItems.header), count > 0 else {
                 throw ViewPages.damaged(prefix, "page \(id) cannot be read")
             }
             byGroup[select.string(at: 1), default: []].append(

@@ -40,10 +40,10 @@ final class ViewPages {
         let id: Int64
         let group: String
         var position: Int64
-        var items: [ViewItem]
+        var items: PageItems
 
         var entry: ViewPageEntry {
-            ViewPageEntry(id: id, position: position, count: items.count, first: items[0])
+            ViewPageEntry(id: id, position: position, count: items.count, first: items.first)
         }
     }
 
@@ -84,7 +84,7 @@ final class ViewPages {
             guard let page = cache[id] else { continue }
             try update.bind(id, at: 1)
             try update.bind(page.position, at: 2)
-            try update.bind(PageCoding.encode(page.items), at: 3)
+            try update.bind(bytes: page.items.bytes, at: 3)
             try update.execute()
         }
         dirty.removeAll(keepingCapacity: true)
@@ -121,7 +121,7 @@ final class ViewPages {
         defer { select.reset() }
         try select.bind(id, at: 1)
         guard try select.step() else { throw Self.damaged(prefix, "page \(id) is missing") }
-        guard let items = PageCoding.decode(select.data(at: 2)), !items.isEmpty else {
+        guard let items = PageItems(bytes: select.bytes(at: 2)), !items.isEmpty else {
             throw Self.damaged(prefix, "page \(id) cannot be read")
         }
         let page = Page(id: id, group: select.string(at: 0), position: select.int64(at: 1), items: items)
@@ -138,16 +138,16 @@ final class ViewPages {
         let update = try statement("UPDATE \(prefix)page SET position = ?2, data = ?3 WHERE id = ?1")
         try update.bind(page.id, at: 1)
         try update.bind(page.position, at: 2)
-        try update.bind(PageCoding.encode(page.items), at: 3)
+        try update.bind(bytes: page.items.bytes, at: 3)
         try update.execute()
     }
 
     /// A new page row holding `items`.
-    private func newPage(group: String, position: Int64, items: [ViewItem]) throws(DatabaseError) -> Page {
+    private func newPage(group: String, position: Int64, items: PageItems) throws(DatabaseError) -> Page {
         let insert = try statement("INSERT INTO \(prefix)page(grp, position, data) VALUES (?1, ?2, ?3)")
         try insert.bind(group, at: 1)
         try insert.bind(position, at: 2)
-        try insert.bind(PageCoding.encode(items), at: 3)
+        try insert.bind(bytes: items.bytes, at: 3)
         try insert.execute()
         let page = Page(id: handle.lastInsertRowID, group: group, position: position, items: items)
         if caches { try remember(page) }
@@ -248,7 +248,7 @@ final class ViewPages {
         guard let list = layout.groups[group] else { return [] }
         var items: [ViewItem] = []
         items.reserveCapacity(list.count)
-        for entry in list.pages { items += try page(entry.id).items }
+        for entry in list.pages { items += try page(entry.id).items.all }
         return items
     }
 
@@ -287,7 +287,7 @@ final class ViewPages {
     /// value when `item` is its first.
     func valueChanged(_ item: ViewItem, page id: Int64) throws(DatabaseError) {
         let page = try self.page(id)
-        guard page.items[0] == item else { return }
+        guard page.items.first == item else { return }
         let slot = try self.slot(of: page)
         if layout.groups[page.group]![slot].firstValue != nil { updateEntry(slot, of: page, changed: item) }
     }
@@ -324,17 +324,18 @@ final class ViewPages {
         _ item: ViewItem, page id: Int64, isBefore: (ViewItem) throws(DatabaseError) -> Bool
     ) throws(DatabaseError) -> Bool {
         var page = try self.page(id)
-        guard let from = page.items.firstIndex(of: item) else { return false }
-        var others = page.items
-        others.remove(at: from)
-        guard !others.isEmpty else { return false }
+        let count = page.items.count
+        guard count > 1, let from = page.items.firstIndex(of: item) else { return false }
         let slot = try self.slot(of: page)
         let list = layout.groups[page.group]!
         let isFirst = slot == list.firstSlot
         let isLast = slot == list.lastSlot
-        // Most moves leave the page: two comparisons with its ends say so before a search.
-        if !isLast, try isBefore(others[others.count - 1]) { return false }
-        if !isFirst, try !isBefore(others[0]) { return false }
+        // Most moves leave the page: two comparisons with the other items at its ends say so
+        // before the page is copied and searched.
+        if !isLast, try isBefore(page.items[from == count - 1 ? count - 2 : count - 1]) { return false }
+        if !isFirst, try !isBefore(page.items[from == 0 ? 1 : 0]) { return false }
+        var others = page.items
+        others.remove(at: from)
         let position =
             (try ViewPageList.lastIndex(in: others.count) { (i) throws(DatabaseError) in
                 try isBefore(others[i])
@@ -351,7 +352,7 @@ final class ViewPages {
     /// one) gives.
     func insert(_ item: ViewItem, group: String, probe: ViewProbe) throws(DatabaseError) {
         guard let list = layout.groups[group], !list.isEmpty else {
-            let page = try newPage(group: group, position: Self.positionStep, items: [item])
+            let page = try newPage(group: group, position: Self.positionStep, items: PageItems([item]))
             try setLocation(of: item, group: group, page: page.id)
             layout.groups[group] = ViewPageList(pages: [page.entry])
             return
@@ -372,14 +373,13 @@ final class ViewPages {
         }
         // Split: the right half goes to a new page placed between this one and the next.
         let half = page.items.count / 2
-        let right = Array(page.items[half...])
-        page.items.removeSubrange(half...)
+        let right = page.items.split(at: half)
         if position < half { try setLocation(of: item, group: group, page: page.id) }
         try save(page)
         updateEntry(slot, of: page, changed: item)
         let rightPosition = try positionAfter(slot, inGroup: group)
         let newPage = try newPage(group: group, position: rightPosition, items: right)
-        for moved in right { try setLocation(of: moved, group: group, page: newPage.id) }
+        for moved in right.all { try setLocation(of: moved, group: group, page: newPage.id) }
         layout.groups[group]!.insert(newPage.entry, after: slot)
     }
 
@@ -452,7 +452,7 @@ final class ViewPages {
             let position = Int64(entries.count + 1) * Self.positionStep
             try insert.bind(group, at: 1)
             try insert.bind(position, at: 2)
-            try insert.bind(PageCoding.encode(slice), at: 3)
+            try insert.bind(bytes: PageItems(slice).bytes, at: 3)
             try insert.execute()
             let id = handle.lastInsertRowID
             for item in slice { try setLocation(of: item, group: group, page: id) }
@@ -470,100 +470,156 @@ final class ViewPages {
     }
 }
 
-/// The bytes of a view page: the item count, then each item (collection, key); integers
-/// little-endian, strings length-prefixed UTF-8.
+/// The items of one page in their stored form: an item count, then each item's collection and
+/// key, each a length (8 bytes, little-endian) and UTF-8 bytes.
 ///
-/// Written and read through raw buffers in one pass each way: a page is encoded on every write
-/// into it and decoded on every read, so this is on the path of every commit into a view.
-enum PageCoding {
-    static func encode(_ items: [ViewItem]) -> Data {
-        var size = 8
-        for item in items { size += 16 + item.collection.utf8.count + item.key.utf8.count }
-        var data = Data(count: size)
-        data.withUnsafeMutableBytes { buffer in
-            var writer = Writer(buffer: buffer)
-            writer.int(Int64(items.count))
-            for item in items {
-                writer.string(item.collection)
-                writer.string(item.key)
-            }
+/// The writer changes a page one item at a time, so a page is kept as those bytes, with the
+/// offset of each item: inserting or removing an item moves bytes instead of decoding and
+/// encoding the page's strings (which cost most of a one-row move), reading a page copies one
+/// blob, and finding an item compares bytes. Items are decoded only when asked for.
+struct PageItems: Equatable {
+    private(set) var bytes: [UInt8]
+    /// Where each item starts in `bytes`; an item ends where the next starts (the last at the end).
+    private var offsets: [Int]
+
+    var count: Int { offsets.count }
+    var isEmpty: Bool { offsets.isEmpty }
+
+    init(_ items: [ViewItem]) {
+        bytes = [UInt8](repeating: 0, count: 8)
+        offsets = []
+        offsets.reserveCapacity(items.count)
+        for item in items {
+            offsets.append(bytes.count)
+            Self.append(item, to: &bytes)
         }
-        return data
+        storeCount()
     }
 
-    static func decode(_ data: Data) -> [ViewItem]? {
-        data.withUnsafeBytes { buffer in
-            var reader = Reader(buffer: buffer)
-            guard let count = reader.int(), count >= 0, count <= buffer.count else { return nil }
-            var items: [ViewItem] = []
-            items.reserveCapacity(Int(count))
-            for _ in 0..<count {
-                guard let collection = reader.string(), let key = reader.string() else { return nil }
-                items.append(ViewItem(collection: collection, key: key))
+    /// The page of `bytes`, or `nil` when they are not a page.
+    init?(bytes: [UInt8]) {
+        guard let offsets = bytes.withUnsafeBytes({ Self.offsets(in: $0) }) else { return nil }
+        self.bytes = bytes
+        self.offsets = offsets
+    }
+
+    /// The item count and first item of a stored page, without reading the rest.
+    static func header(_ buffer: UnsafeRawBufferPointer) -> (count: Int, first: ViewItem)? {
+        guard let count = int(buffer, at: 0), count > 0, count <= buffer.count,
+            let (first, _) = item(buffer, at: 8)
+        else { return nil }
+        return (count, first)
+    }
+
+    subscript(index: Int) -> ViewItem {
+        bytes.withUnsafeBytes { Self.item($0, at: offsets[index])!.item }
+    }
+
+    var first: ViewItem { self[0] }
+
+    var all: [ViewItem] { (0..<count).map { self[$0] } }
+
+    func firstIndex(of item: ViewItem) -> Int? {
+        var encoded: [UInt8] = []
+        Self.append(item, to: &encoded)
+        return bytes.withUnsafeBytes { buffer -> Int? in
+            encoded.withUnsafeBytes { wanted -> Int? in
+                for index in 0..<offsets.count where end(of: index) - offsets[index] == wanted.count {
+                    if memcmp(buffer.baseAddress! + offsets[index], wanted.baseAddress!, wanted.count) == 0 {
+                        return index
+                    }
+                }
+                return nil
             }
-            return reader.offset == buffer.count ? items : nil
         }
     }
 
-    /// The item count and the first item, without decoding the rest.
-    static func header(_ data: Data) -> (count: Int, first: ViewItem)? {
-        data.withUnsafeBytes { buffer in
-            var reader = Reader(buffer: buffer)
-            guard let count = reader.int(), count > 0, count <= buffer.count,
-                let collection = reader.string(), let key = reader.string()
+    mutating func insert(_ item: ViewItem, at index: Int) {
+        var encoded: [UInt8] = []
+        Self.append(item, to: &encoded)
+        let at = index < offsets.count ? offsets[index] : bytes.count
+        bytes.insert(contentsOf: encoded, at: at)
+        offsets.insert(at, at: index)
+        for later in (index + 1)..<offsets.count { offsets[later] += encoded.count }
+        storeCount()
+    }
+
+    mutating func remove(at index: Int) {
+        let start = offsets[index]
+        let size = end(of: index) - start
+        bytes.removeSubrange(start..<start + size)
+        offsets.remove(at: index)
+        for later in index..<offsets.count { offsets[later] -= size }
+        storeCount()
+    }
+
+    /// Moves the items from `index` on into a page of their own, which it returns.
+    mutating func split(at index: Int) -> PageItems {
+        let cut = offsets[index]
+        var right = PageItems([])
+        right.bytes += bytes[cut...]
+        right.offsets = offsets[index...].map { $0 - cut + 8 }
+        right.storeCount()
+        bytes.removeSubrange(cut...)
+        offsets.removeSubrange(index...)
+        storeCount()
+        return right
+    }
+
+    private func end(of index: Int) -> Int { index + 1 < offsets.count ? offsets[index + 1] : bytes.count }
+
+    private mutating func storeCount() {
+        let count = Int64(offsets.count).littleEndian
+        withUnsafeBytes(of: count) { count in
+            for index in 0..<8 { bytes[index] = count[index] }
+        }
+    }
+
+    private static func append(_ item: ViewItem, to bytes: inout [UInt8]) {
+        for string in [item.collection, item.key] {
+            let utf8 = string.utf8
+            withUnsafeBytes(of: Int64(utf8.count).littleEndian) { bytes += $0 }
+            bytes += utf8
+        }
+    }
+
+    private static func int(_ buffer: UnsafeRawBufferPointer, at offset: Int) -> Int? {
+        guard offset >= 0, offset + 8 <= buffer.count else { return nil }
+        let value = Int64(littleEndian: buffer.loadUnaligned(fromByteOffset: offset, as: Int64.self))
+        return value >= 0 && value <= Int64(buffer.count) ? Int(value) : nil
+    }
+
+    private static func string(_ buffer: UnsafeRawBufferPointer, at offset: Int) -> (String, next: Int)? {
+        guard let length = int(buffer, at: offset), offset + 8 + length <= buffer.count else { return nil }
+        let start = offset + 8
+        return (
+            String(decoding: UnsafeRawBufferPointer(rebasing: buffer[start..<start + length]), as: UTF8.self),
+            start + length
+        )
+    }
+
+    private static func item(_ buffer: UnsafeRawBufferPointer, at offset: Int) -> (item: ViewItem, next: Int)?
+    {
+        guard let (collection, middle) = string(buffer, at: offset),
+            let (key, next) = string(buffer, at: middle)
+        else { return nil }
+        return (ViewItem(collection: collection, key: key), next)
+    }
+
+    /// Where each item of a stored page starts, checking that the bytes are exactly a page.
+    private static func offsets(in buffer: UnsafeRawBufferPointer) -> [Int]? {
+        guard let count = int(buffer, at: 0) else { return nil }
+        var offsets: [Int] = []
+        offsets.reserveCapacity(count)
+        var offset = 8
+        for _ in 0..<count {
+            offsets.append(offset)
+            guard let collection = int(buffer, at: offset), offset + 8 + collection <= buffer.count,
+                let key = int(buffer, at: offset + 8 + collection)
             else { return nil }
-            return (Int(count), ViewItem(collection: collection, key: key))
+            offset += 16 + collection + key
+            guard offset <= buffer.count else { return nil }
         }
-    }
-
-    /// Writes into a buffer sized by ``encode(_:)``.
-    private struct Writer {
-        let buffer: UnsafeMutableRawBufferPointer
-        var offset = 0
-
-        mutating func byte(_ value: UInt8) {
-            buffer[offset] = value
-            offset += 1
-        }
-
-        mutating func int(_ value: Int64) {
-            buffer.storeBytes(of: value.littleEndian, toByteOffset: offset, as: Int64.self)
-            offset += 8
-        }
-
-        mutating func string(_ string: String) {
-            var string = string
-            string.withUTF8 { utf8 in
-                int(Int64(utf8.count))
-                guard let base = utf8.baseAddress, !utf8.isEmpty else { return }
-                (buffer.baseAddress! + offset).copyMemory(from: base, byteCount: utf8.count)
-                offset += utf8.count
-            }
-        }
-    }
-
-    private struct Reader {
-        let buffer: UnsafeRawBufferPointer
-        var offset = 0
-
-        mutating func byte() -> UInt8? {
-            guard offset < buffer.count else { return nil }
-            defer { offset += 1 }
-            return buffer[offset]
-        }
-
-        mutating func int() -> Int64? {
-            guard offset + 8 <= buffer.count else { return nil }
-            defer { offset += 8 }
-            return Int64(littleEndian: buffer.loadUnaligned(fromByteOffset: offset, as: Int64.self))
-        }
-
-        mutating func string() -> String? {
-            guard let length = int(), length >= 0, length <= buffer.count - offset else { return nil }
-            defer { offset += Int(length) }
-            return String(
-                decoding: UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + Int(length)]),
-                as: UTF8.self)
-        }
+        return offset == buffer.count ? offsets : nil
     }
 }
