@@ -170,6 +170,63 @@ struct ViewLayoutTests {
         }
     }
 
+    /// A page row damaged by a foreign client (which SnapshotDB cannot detect when it happens)
+    /// is reported as `corrupt` when the view is read or written, naming the way out; the
+    /// values are untouched, and registering a new version rebuilds the view.
+    @Test func aDamagedPageRowIsReportedAndANewVersionRebuilds() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("damaged-view.sqlite").path
+            do {
+                let db = try Database(path: path)
+                try db.register(ViewTests.byTitle)
+                try db.newConnection().readWrite { txn in
+                    for index in 0..<200 {
+                        try txn.set(
+                            Note(
+                                title: String(format: "%04d", index * 7 % 200), folder: "inbox",
+                                archived: false),
+                            forKey: "n\(index)", inCollection: "notes")
+                    }
+                }
+                try db.close()
+            }
+            try sqlite3(
+                path,
+                "UPDATE snapshotdb_x7_byTitle_page SET data = x'0500' WHERE id = (SELECT min(id) FROM snapshotdb_x7_byTitle_page);"
+            )
+            let db = try Database(path: path)
+            try db.register(ViewTests.byTitle)
+            let reader = db.newConnection()
+            let error = expectError(.corrupt) { try reader.read { try $0.view(named: "byTitle").count } }
+            #expect(
+                error?.message.contains("register the view with a new version") == true,
+                "\(String(describing: error))")
+            #expect(try reader.read { try $0.count(inCollection: "notes") } == 200)
+            // A write the view must follow fails the same way, and changes nothing.
+            let before = try reader.read { try $0.value(forKey: "n1", inCollection: "notes", as: Note.self) }
+            expectError(.corrupt) {
+                try db.newConnection().readWrite { txn in
+                    try txn.set(
+                        Note(title: "zzz", folder: "inbox", archived: false), forKey: "n1",
+                        inCollection: "notes")
+                }
+            }
+            #expect(
+                try reader.read { try $0.value(forKey: "n1", inCollection: "notes", as: Note.self) }?.title
+                    == before?.title)
+            try db.register(
+                View<Note>(
+                    name: "byTitle", version: "2", collections: ["notes"],
+                    group: { _, _, note in note.archived ? nil : note.folder },
+                    areInIncreasingOrder: { $0.title < $1.title }))
+            try reader.read { txn throws in
+                let rows = ViewTests.rows(try txn.view(named: "byTitle"))
+                #expect(rows == (try ViewTests.expectedRows(txn)))
+                #expect(rows["inbox"]?.count == 200)
+            }
+        }
+    }
+
     /// A writer that first touches the view inside a savepoint that rolls back must forget what
     /// it did there, layout included, and go on from the transaction's start.
     @Test func aWriterMadeInsideARolledBackSavepointStartsOver() throws {
