@@ -433,9 +433,21 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
             }
         }
         for (group, members) in groups {
-            let sorted = members.sorted { order.less($0.value, $0.item, $1.value, $1.item) }
-            try tree.build(group: group, items: sorted.map(\.item))
+            // Sort positions over two plain arrays, not the members: in this generic code a
+            // member (a tuple with a `Value`) is copied through runtime metadata at every
+            // access, which made the sort most of a rebuild.
+            let items = members.map(\.item)
+            let values = members.map(\.value)
+            let isBefore = order.areInIncreasingOrder
+            var positions = Array(0..<members.count)
+            positions.sort { a, b in
+                if isBefore(values[a], values[b]) { return true }
+                if isBefore(values[b], values[a]) { return false }
+                return items[a] < items[b]
+            }
+            try tree.build(group: group, items: positions.map { items[$0] })
         }
+        try tree.writeBuiltMap()
         try tree.flush()
         touched = [:]
     }

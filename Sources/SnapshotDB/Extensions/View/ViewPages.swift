@@ -56,6 +56,8 @@ final class ViewPages {
     /// The cached pages whose rows are not written yet.
     private var dirty: Set<Int64> = []
     private let caches: Bool
+    /// The map rows of a rebuild, written together (see ``writeBuiltMap()``).
+    private var builtMap: [(item: ViewItem, group: String, page: Int64)] = []
 
     /// A store over the tables named with `prefix` whose pages `layout` describes; `caching`
     /// for a write transaction's writer (see the type's notes), not for readers.
@@ -440,7 +442,8 @@ final class ViewPages {
     }
 
     /// Builds a group from items already in view order, in pages filled to three quarters (room
-    /// for inserts without splitting at once): for a rebuild.
+    /// for inserts without splitting at once): for a rebuild. The items' map rows wait for
+    /// ``writeBuiltMap()``.
     func build(group: String, items: [ViewItem]) throws(DatabaseError) {
         guard !items.isEmpty else { return }
         let fill = Self.pageCapacity * 3 / 4
@@ -455,11 +458,28 @@ final class ViewPages {
             try insert.bind(bytes: PageItems(slice).bytes, at: 3)
             try insert.execute()
             let id = handle.lastInsertRowID
-            for item in slice { try setLocation(of: item, group: group, page: id) }
+            for item in slice { builtMap.append((item, group, id)) }
             entries.append(ViewPageEntry(id: id, position: position, count: slice.count, first: slice[0]))
             start += fill
         }
         layout.groups[group] = ViewPageList(pages: entries)
+    }
+
+    /// Writes the map rows of the groups ``build(group:items:)`` built, in key order: the map is
+    /// keyed by (collection, key), so rows in that order are appended, where rows in view order
+    /// would land all over the map's B-tree.
+    func writeBuiltMap() throws(DatabaseError) {
+        builtMap.sort { $0.item < $1.item }
+        let insert = try statement(
+            "INSERT OR REPLACE INTO \(prefix)map(collection, key, grp, page) VALUES (?1, ?2, ?3, ?4)")
+        for (item, group, page) in builtMap {
+            try insert.bind(item.collection, at: 1)
+            try insert.bind(item.key, at: 2)
+            try insert.bind(group, at: 3)
+            try insert.bind(page, at: 4)
+            try insert.execute()
+        }
+        builtMap = []
     }
 
     static func damaged(_ prefix: String, _ detail: String) -> DatabaseError {
