@@ -104,6 +104,14 @@ func medianRatio(_ numerator: [Duration], _ denominator: [Duration]) -> Double {
     return ratios.count % 2 == 1 ? ratios[middle] : (ratios[middle - 1] + ratios[middle]) / 2
 }
 
+/// The median of plain numbers (for values a suite computed per round).
+func medianOf(_ values: [Double]) -> Double {
+    let sorted = values.sorted()
+    guard !sorted.isEmpty else { return .nan }
+    let middle = sorted.count / 2
+    return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+}
+
 /// The median of `rounds` divided by `operations`, formatted (for a table cell).
 func perOperationCell(_ rounds: [Duration], operations: Int) -> String {
     format(seconds: median(rounds).seconds / Double(max(1, operations)))
