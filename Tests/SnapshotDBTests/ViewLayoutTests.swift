@@ -99,6 +99,71 @@ struct ViewLayoutTests {
         }
     }
 
+    /// One-row commits into a view of many pages, where the writer keeps its layout (and the
+    /// pages' first values it compared with) from one commit to the next: items moved before
+    /// their page's first item, past the next page's first item, to ties with those first
+    /// items (ordered by key), within their page, or given a new value that keeps their place,
+    /// and moves of pages' first items themselves. Each batch starts from a new open, whose
+    /// layout knows no first values yet. After every batch the view equals the values sorted
+    /// by brute force, in memory and in the file.
+    @Test func oneRowMovesBetweenPagesKeepTheOrder() throws {
+        var random = SeededGenerator(state: 7)
+        try withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("moves.sqlite").path
+            let count = 3_000
+            do {
+                let db = try Database(path: path)
+                try db.register(ViewTests.byTitle)
+                try db.newConnection(name: "loader").readWrite { txn in
+                    for index in 0..<count {
+                        let note = Note(
+                            title: String(format: "%05d", index * 10), folder: "inbox", archived: false)
+                        try txn.set(note, forKey: "n\(index)", inCollection: "notes")
+                    }
+                }
+                try db.close()
+            }
+            for batch in 0..<8 {
+                let db = try Database(path: path)
+                try db.register(ViewTests.byTitle)
+                let writer = db.newConnection(name: "writer")
+                let items = try writer.read { try ViewTests.rows($0.view(named: "byTitle")) }["inbox"] ?? []
+                for _ in 0..<50 {
+                    let moved = items[Int.random(in: 0..<items.count, using: &random)]
+                    // Ties: another item's title (a page's first, half the time), so that the
+                    // order falls to the keys.
+                    let other = items[
+                        Int.random(in: 0..<2, using: &random) == 0
+                            ? Int.random(in: 0..<(items.count / 64), using: &random) * 64
+                            : Int.random(in: 0..<items.count, using: &random)]
+                    try writer.readWrite { txn in
+                        var note = try txn.value(forKey: moved.key, inCollection: "notes", as: Note.self)!
+                        switch Int.random(in: 0..<4, using: &random) {
+                        case 0:
+                            note.title = String(
+                                format: "%05d", Int.random(in: 0..<(count * 10), using: &random))
+                        case 1:
+                            note.title = try txn.value(
+                                forKey: other.key, inCollection: "notes", as: Note.self)!.title
+                        case 2: note.title += "0"
+                        default: note.archived = false
+                        }
+                        try txn.set(note, forKey: moved.key, inCollection: "notes")
+                    }
+                }
+                let after = try writer.read { txn in
+                    let view = try txn.view(named: "byTitle")
+                    let rows = ViewTests.rows(view)
+                    #expect(rows == (try ViewTests.expectedRows(txn)), "batch \(batch)")
+                    Self.checkPositions(view, rows)
+                    return rows
+                }
+                #expect(try Self.rowsFromTheFile(path) == after, "batch \(batch)")
+                try db.close()
+            }
+        }
+    }
+
     /// Items inserted, in increasing order, always just before the same page: each split halves
     /// the gap between two page positions, until there is none and the group's pages are
     /// renumbered; the file's positions must then give the same order.

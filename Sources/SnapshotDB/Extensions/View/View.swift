@@ -359,7 +359,10 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         let location = try pages.location(of: item)
         try recordBefore(item, location: location)
         order.forget(item)
-        if let location, location.group == group {
+        let probe = order.probe(item, at: value)
+        if let location, location.group == group,
+            try !pages.leavesPage(item, page: location.page, probe: probe)
+        {
             // Most updates leave an item between the same neighbours: nothing to move.
             let stays = try pages.keepsPlace(item, page: location.page) {
                 (neighbour, isBefore) throws(DatabaseError) in
@@ -379,7 +382,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         }
         if let location { try pages.remove(item, group: location.group, page: location.page) }
         guard let group else { return }
-        try pages.insert(item, group: group, probe: order.probe(item, at: value))
+        try pages.insert(item, group: group, probe: probe)
     }
 
     func willRemove(forKey key: String, inCollection collection: String) throws(DatabaseError) {

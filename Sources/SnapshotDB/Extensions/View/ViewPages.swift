@@ -296,6 +296,42 @@ final class ViewPages {
 
     // MARK: Changing the view
 
+    /// Whether `item`, in `page`, surely leaves the page for the place `probe` gives (whether an
+    /// item sorts before the item at its new value): the place is before the page's first item
+    /// (and the page is not its group's first) or after the next page's first item.
+    ///
+    /// Asks the pages' first values, which the layout keeps (reading and keeping the ones it
+    /// lacks: the insertion's search over the pages then finds them): a random move into a
+    /// large view leaves its page almost always, and learning that from the neighbours in the
+    /// page (``keepsPlace(_:page:inOrder:)``) decoded two values that nothing kept.
+    func leavesPage(_ item: ViewItem, page id: Int64, probe: ViewProbe) throws(DatabaseError) -> Bool {
+        let page = try self.page(id)
+        let slot = try self.slot(of: page)
+        let list = layout.groups[page.group]!
+        if slot != list.firstSlot, list[slot].first != item,
+            try !firstSortsBefore(slot, group: page.group, probe: probe)
+        {
+            return true
+        }
+        guard let next = list.slot(after: slot) else { return false }
+        return try firstSortsBefore(next, group: page.group, probe: probe)
+    }
+
+    /// Whether the first item of the page at `slot` sorts before `probe`'s key, with the first
+    /// value the layout keeps (read and kept when it has none).
+    private func firstSortsBefore(_ slot: ViewPageList.Slot, group: String, probe: ViewProbe)
+        throws(DatabaseError) -> Bool
+    {
+        let entry = layout.groups[group]![slot]
+        if let known = entry.firstValue, let answer = probe.isValueBefore(entry.first, known) {
+            return answer
+        }
+        let value = try probe.value(entry.first)
+        if caches { layout.groups[group]!.keepFirstValues([(slot, value)]) }
+        if let answer = probe.isValueBefore(entry.first, value) { return answer }
+        return try probe.isBefore(entry.first)
+    }
+
     /// Whether `item`, in `page`, would stay where it is with a new value: its neighbours still
     /// come before and after it (`inOrder(neighbour, neighbourIsBefore)`). Answers `false`
     /// (move it) when a neighbour is in another page.
