@@ -257,7 +257,10 @@ final class ViewWriterCache<Value> {
         self.decoded = decoded
     }
 
-    /// At most this many decoded values are kept between transactions.
+    /// At most this many decoded values are kept between transactions. (Two generations,
+    /// which keep the values in use when the table is full instead of dropping it, were
+    /// measured: random moves rarely hit the cache, a miss then costs two lookups, and 4,000
+    /// one-row moves into a 50,000-item view cost 3% more instructions.)
     static var decodedLimit: Int { 20_000 }
 }
 
