@@ -130,8 +130,9 @@ struct ViewLayoutTests {
                 let items = try writer.read { try ViewTests.rows($0.view(named: "byTitle")) }["inbox"] ?? []
                 for _ in 0..<50 {
                     let moved = items[Int.random(in: 0..<items.count, using: &random)]
-                    // Ties: another item's title (a page's first, half the time), so that the
-                    // order falls to the keys.
+                    // Ties: another item's title, so that the order falls to the keys; half the
+                    // time an item at a multiple of 64, the page size, so that ties fall at or
+                    // near pages' first items.
                     let other = items[
                         Int.random(in: 0..<2, using: &random) == 0
                             ? Int.random(in: 0..<(items.count / 64), using: &random) * 64

@@ -98,10 +98,7 @@ struct SuiteReport {
 /// The median of per-round ratios `numerator[i] / denominator[i]` (rounds paired, which cancels
 /// most of a shared machine's drift).
 func medianRatio(_ numerator: [Duration], _ denominator: [Duration]) -> Double {
-    let ratios = zip(numerator, denominator).map { $0.seconds / max($1.seconds, 1e-12) }.sorted()
-    guard !ratios.isEmpty else { return .nan }
-    let middle = ratios.count / 2
-    return ratios.count % 2 == 1 ? ratios[middle] : (ratios[middle - 1] + ratios[middle]) / 2
+    medianOf(zip(numerator, denominator).map { $0.seconds / max($1.seconds, 1e-12) })
 }
 
 /// The median of plain numbers (for values a suite computed per round).

@@ -135,24 +135,30 @@ struct ViewPageList: Sendable {
     /// keep.
     func lastSlot(_ probe: ViewProbe) throws(DatabaseError) -> (slot: Slot?, fills: [(Slot, any Sendable)]) {
         var fills: [(Slot, any Sendable)] = []
-        func isBefore(_ slot: Slot) throws(DatabaseError) -> Bool {
-            let entry = self[slot]
-            if let known = entry.firstValue, let answer = probe.isValueBefore(entry.first, known) {
-                return answer
-            }
-            let value = try probe.value(entry.first)
-            fills.append((slot, value))
-            if let answer = probe.isValueBefore(entry.first, value) { return answer }
-            return try probe.isBefore(entry.first)
-        }
         let chunk = try Self.lastIndex(in: chunks.count) { (c) throws(DatabaseError) in
-            try isBefore(Slot(chunk: c, index: 0))
+            try firstSortsBefore(Slot(chunk: c, index: 0), probe, fills: &fills)
         }
         guard let chunk else { return (nil, fills) }
         let index = try Self.lastIndex(in: chunks[chunk].pages.count) { (i) throws(DatabaseError) in
-            try isBefore(Slot(chunk: chunk, index: i))
+            try firstSortsBefore(Slot(chunk: chunk, index: i), probe, fills: &fills)
         }
         return (Slot(chunk: chunk, index: index ?? 0), fills)
+    }
+
+    /// Whether the first item of the page at `slot` sorts before the key `probe` compares
+    /// with, by the first value the entry keeps; a value it had to read is appended to `fills`,
+    /// for a writer to keep.
+    func firstSortsBefore(_ slot: Slot, _ probe: ViewProbe, fills: inout [(Slot, any Sendable)])
+        throws(DatabaseError) -> Bool
+    {
+        let entry = self[slot]
+        if let known = entry.firstValue, let answer = probe.isValueBefore(entry.first, known) {
+            return answer
+        }
+        let value = try probe.value(entry.first)
+        fills.append((slot, value))
+        if let answer = probe.isValueBefore(entry.first, value) { return answer }
+        return try probe.isBefore(entry.first)
     }
 
     /// Keeps `values` as the first values of their pages (see ``ViewPageEntry/firstValue``).

@@ -320,19 +320,15 @@ final class ViewPages {
         return try firstSortsBefore(next, group: page.group, probe: probe)
     }
 
-    /// Whether the first item of the page at `slot` sorts before `probe`'s key, with the first
-    /// value the layout keeps (read and kept when it has none).
+    /// Whether the first item of the page at `slot` sorts before `probe`'s key; a writer keeps
+    /// the first value it had to read, as after ``search(_:_:)``.
     private func firstSortsBefore(_ slot: ViewPageList.Slot, group: String, probe: ViewProbe)
         throws(DatabaseError) -> Bool
     {
-        let entry = layout.groups[group]![slot]
-        if let known = entry.firstValue, let answer = probe.isValueBefore(entry.first, known) {
-            return answer
-        }
-        let value = try probe.value(entry.first)
-        if caches { layout.groups[group]!.keepFirstValues([(slot, value)]) }
-        if let answer = probe.isValueBefore(entry.first, value) { return answer }
-        return try probe.isBefore(entry.first)
+        var fills: [(ViewPageList.Slot, any Sendable)] = []
+        let answer = try layout.groups[group]!.firstSortsBefore(slot, probe, fills: &fills)
+        if caches, !fills.isEmpty { layout.groups[group]!.keepFirstValues(fills) }
+        return answer
     }
 
     /// Whether `item`, in `page`, would stay where it is with a new value: its neighbours still
