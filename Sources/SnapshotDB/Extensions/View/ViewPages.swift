@@ -284,7 +284,7 @@ final class ViewPages {
     private func updateEntry(_ slot: ViewPageList.Slot, of page: Page, changed: ViewItem) {
         let old = layout.groups[page.group]![slot]
         var entry = page.entry
-        if old.first == entry.first && old.first != changed { entry.firstValue = old.firstValue }
+        if old.first == entry.first && old.first != changed { entry.keepFirstValue(of: old) }
         layout.groups[page.group]!.replace(slot, with: entry)
     }
 
