@@ -20,6 +20,11 @@ final class ConnectionCore: @unchecked Sendable {
     /// Whether the record holds a snapshot (this connection is the only one that sets or
     /// clears it), so that ending an ended snapshot takes no lock.
     private var hasRecordedSnapshot = false
+    /// Whether the record may hold a bookmark or an unreported lost bookmark. Both are only
+    /// ever set on this connection's queue (a bookmark by an advance; `bookmarkLost` by a
+    /// reseat, which acts only on a recorded bookmark), so while this is `false` a transaction
+    /// asks the record nothing (one lock less per transaction).
+    private var mayHoldBookmark = false
 
     var id: Int { record.id }
 
@@ -175,6 +180,7 @@ final class ConnectionCore: @unchecked Sendable {
             if let commit { record.lastSnapshot = commit }
             return released
         }
+        if isBookmark && commit != nil { mayHoldBookmark = true }
         if let released {
             database.checkpointer.snapshotReleased(commit: released.commit, wasBookmark: released.wasBookmark)
         }
@@ -183,16 +189,11 @@ final class ConnectionCore: @unchecked Sendable {
     // MARK: Transactions
 
     func read<T>(_ body: (ReadTransaction) throws -> T) throws -> T {
-        let (bookmark, wasLost) = record.update { record in
-            defer { record.bookmarkLost = false }
-            return (record.isBookmark ? record.snapshot : nil, record.bookmarkLost)
-        }
-        if let bookmark {
+        if let bookmark = try bookmarkOrLost() {
             let transaction = ReadTransaction(core: self, commit: bookmark)
             defer { transaction.end() }
             return try body(transaction)
         }
-        if wasLost { throw Self.bookmarkLostError(name) }
         let commit = try beginReadSnapshot().commit
         let handle = try handle()
         recordSnapshot(commit)
@@ -212,16 +213,25 @@ final class ConnectionCore: @unchecked Sendable {
     /// Throws when this connection may not begin a read-write transaction: it holds a
     /// bookmark, or its bookmark was lost and it has not been told yet.
     func checkCanWrite() throws(DatabaseError) {
-        let (bookmark, wasLost) = record.update { record in
-            defer { record.bookmarkLost = false }
-            return (record.isBookmark ? record.snapshot : nil, record.bookmarkLost)
-        }
-        if wasLost { throw Self.bookmarkLostError(name) }
-        if bookmark != nil {
+        if try bookmarkOrLost() != nil {
             throw DatabaseError(
                 .longLivedReadTransactionActive,
                 "connection '\(name)' holds a long-lived read transaction; write through another connection")
         }
+    }
+
+    /// The commit of the connection's bookmark, or `nil` without one; throws `bookmarkLost`
+    /// (once) when the bookmark was lost since the last call.
+    private func bookmarkOrLost() throws(DatabaseError) -> UInt64? {
+        guard mayHoldBookmark else { return nil }
+        let (bookmark, wasLost) = record.update { record in
+            defer { record.bookmarkLost = false }
+            return (record.isBookmark ? record.snapshot : nil, record.bookmarkLost)
+        }
+        mayHoldBookmark = bookmark != nil
+        if let bookmark { return bookmark }
+        if wasLost { throw Self.bookmarkLostError(name) }
+        return nil
     }
 
     private static func bookmarkLostError(_ name: String) -> DatabaseError {
