@@ -89,6 +89,24 @@ final class GRDBSubject: Subject {
         }
     }
 
+    func readBytesInOneTransaction(keys: [String]) throws -> (time: Duration, found: Int) {
+        var found = 0
+        let time = try timed {
+            found = try pool.read { db in
+                let statement = try db.cachedStatement(sql: Self.selectSQL)
+                var found = 0
+                for key in keys {
+                    let rows = try Row.fetchCursor(statement, arguments: [benchmarkCollection, key])
+                    if let row = try rows.next() {
+                        found += try row.withUnsafeData(atIndex: 0) { ($0?.isEmpty ?? true) ? 0 : 1 }
+                    }
+                }
+                return found
+            }
+        }
+        return (time, found)
+    }
+
     func readOneTransactionEach(keys: [String]) throws -> (time: Duration, found: Int) {
         var found = 0
         let time = try timed {

@@ -71,6 +71,23 @@ final class SnapshotDBSubject: Subject {
         }
     }
 
+    func readBytesInOneTransaction(keys: [String]) throws -> (time: Duration, found: Int) {
+        var found = 0
+        let time = try timed {
+            found = try connection.read { txn in
+                var found = 0
+                for key in keys {
+                    found +=
+                        try txn.withUnsafeBytes(forKey: key, inCollection: benchmarkCollection) {
+                            $0.isEmpty ? 0 : 1
+                        } ?? 0
+                }
+                return found
+            }
+        }
+        return (time, found)
+    }
+
     func readOneTransactionEach(keys: [String]) throws -> (time: Duration, found: Int) {
         var found = 0
         let time = try timed {

@@ -35,6 +35,10 @@ protocol Subject: AnyObject {
     func insert(keys: [String], payload: Data) throws -> Duration
     /// (b) and (e): reads `keys` in one read transaction.
     func readInOneTransaction(keys: [String]) throws -> (time: Duration, found: Int)
+    /// (b-bytes) Reads `keys` in one read transaction, each value's bytes where the engine holds
+    /// them, without a copy: SnapshotDB's `withUnsafeBytes(forKey:inCollection:_:)`, GRDB's
+    /// `Row.withUnsafeData(atIndex:_:)`, and C's `sqlite3_column_blob` (as in b).
+    func readBytesInOneTransaction(keys: [String]) throws -> (time: Duration, found: Int)
     /// (b2) Reads each key in a transaction of its own.
     func readOneTransactionEach(keys: [String]) throws -> (time: Duration, found: Int)
     /// (c) and (g): one write transaction per key, each setting one row to the payload of the

@@ -13,6 +13,15 @@ func makeWorkloads(_ sizes: Sizes, writeRounds: Int) -> [Workload] {
             [try checked(subject.readInOneTransaction(keys: data.randomKeys), data.randomKeys.count, subject)]
         },
         Workload(
+            id: "b-bytes", title: "random point reads in place (no copy), one read transaction",
+            operations: sizes.reads, fixture: .sharedRows
+        ) { subject, data in
+            [
+                try checked(
+                    subject.readBytesInOneTransaction(keys: data.randomKeys), data.randomKeys.count, subject)
+            ]
+        },
+        Workload(
             id: "b2", title: "random point reads, one transaction each", operations: sizes.reads,
             fixture: .sharedRows
         ) { subject, data in

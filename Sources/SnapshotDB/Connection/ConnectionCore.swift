@@ -355,6 +355,18 @@ final class ConnectionCore: @unchecked Sendable {
     /// The collections being enumerated now, with how many enumerations of each are open.
     private var enumerations: [String: Int] = [:]
 
+    /// How many ``ReadTransaction/withUnsafeBytes(forKey:inCollection:_:)`` bodies are running
+    /// on this connection: each holds a value in SQLite's buffer, which a write could move, so
+    /// writes are misuse until they return.
+    private(set) var bytesLent = 0
+
+    /// Runs `body` while bytes are lent (see ``bytesLent``).
+    func lendingBytes(_ body: () throws -> Void) rethrows {
+        bytesLent += 1
+        defer { bytesLent -= 1 }
+        try body()
+    }
+
     func beginEnumerating(_ collection: String) { enumerations[collection, default: 0] += 1 }
 
     func endEnumerating(_ collection: String) {

@@ -246,6 +246,10 @@ enum SQL: Int, CaseIterable {
     case writeCommit
     case sealExternal
     case getData
+    /// The same query as `getData`, for reads that hold their row while the caller's code runs
+    /// (``ReadTransaction/withUnsafeBytes(forKey:inCollection:_:)``): a point read inside that
+    /// code then runs `getData` without resetting the held row.
+    case getDataInPlace
     case exists
     case upsert
     case delete
@@ -286,7 +290,8 @@ enum SQL: Int, CaseIterable {
                 UPDATE snapshotdb_meta SET value = (SELECT value FROM snapshotdb_meta
                 WHERE name = 'external') WHERE name = 'external_sealed'
                 """
-        case .getData: return "SELECT data FROM snapshotdb_values WHERE collection = ?1 AND key = ?2"
+        case .getData, .getDataInPlace:
+            return "SELECT data FROM snapshotdb_values WHERE collection = ?1 AND key = ?2"
         case .exists: return "SELECT 1 FROM snapshotdb_values WHERE collection = ?1 AND key = ?2"
         case .upsert:
             return """

@@ -122,6 +122,30 @@ final class SQLiteStatement {
         return blob
     }
 
+    /// Binds `first` and `second` in place to parameters 1 and 2, steps once, and calls `body`
+    /// with column 0 of the row in SQLite's own buffer, unless there is no row; then resets the
+    /// statement. The bytes are valid only inside `body`.
+    func withBlob(_ first: String, _ second: String, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        var first = first
+        var second = second
+        try first.withUTF8 { firstBytes throws in
+            try second.withUTF8 { secondBytes throws in
+                defer { reset() }
+                if let error = bindText(firstBytes, at: 1) ?? bindText(secondBytes, at: 2) { throw error }
+                let result = sqlite3_step(statement)
+                guard result == SQLITE_ROW else {
+                    if result != SQLITE_DONE { throw handle.error(result, context: nil) }
+                    return
+                }
+                // The pointer first, then its length (SQLite's order); a zero-length blob comes
+                // back as a null pointer, which is an empty buffer.
+                let bytes = sqlite3_column_blob(statement, 0)
+                let count = Int(sqlite3_column_bytes(statement, 0))
+                try body(UnsafeRawBufferPointer(start: bytes, count: count))
+            }
+        }
+    }
+
     /// Binds `first`, `second` and `blob` in place to parameters 1, 2 and 3, runs the statement
     /// (which returns no rows) and resets it: the write path's ``fetchBlob(_:_:)``.
     func run(_ first: String, _ second: String, _ blob: Data) throws(DatabaseError) {

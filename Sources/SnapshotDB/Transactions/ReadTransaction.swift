@@ -102,6 +102,61 @@ public class ReadTransaction {
         return try entry(for: CacheKey(collection: collection, key: key))?.data
     }
 
+    /// Calls `body` with the raw bytes stored under `key` in `collection`, without copying them,
+    /// and returns what it returns; returns `nil` without calling it when there is no value.
+    ///
+    /// ``data(forKey:inCollection:)`` copies a value into a new `Data` (two allocations); this
+    /// read hands the bytes where they are: in SQLite's buffer for a value read from the file,
+    /// or in the connection's cache. Use it to parse a format of your own in place, or to hash,
+    /// compare or checksum values without keeping them.
+    ///
+    /// ```swift
+    /// let checksum = try txn.withUnsafeBytes(forKey: "blob", inCollection: "files") { bytes in
+    ///     bytes.reduce(0) { $0 &+ UInt32($1) }
+    /// }
+    /// ```
+    ///
+    /// The buffer is valid only inside `body`: do not keep it or a pointer into it. Reads inside
+    /// `body` are allowed (including another `withUnsafeBytes`); a write is not, since it could
+    /// move the bytes. In a read-write transaction it throws ``DatabaseError/Code/misuse`` and
+    /// changes nothing.
+    ///
+    /// - Throws: what `body` throws; `transactionEnded` after the transaction's closure returned.
+    @inlinable
+    public func withUnsafeBytes<R>(
+        forKey key: String, inCollection collection: String, _ body: (UnsafeRawBufferPointer) throws -> R
+    ) throws -> R? {
+        // Generic only here, inlined into the caller: the read itself is not generic, which
+        // spares every call the type-metadata lookups of unspecialized generic code.
+        var result: R?
+        try lendBytes(forKey: key, inCollection: collection) { result = try body($0) }
+        return result
+    }
+
+    /// The read of ``withUnsafeBytes(forKey:inCollection:_:)``: calls `body` with the bytes,
+    /// unless there is no value.
+    @usableFromInline
+    func lendBytes(
+        forKey key: String, inCollection collection: String, _ body: (UnsafeRawBufferPointer) throws -> Void
+    ) throws {
+        try checkActive()
+        let cacheKey = CacheKey(collection: collection, key: key)
+        let cacheable = cacheIsValid(for: cacheKey)
+        // A cached value, or one read often enough to be cached now (the same admission as
+        // `data(forKey:)`), is lent from its cached `Data`; any other is lent in place.
+        if cacheable, let entry = core.cache.entry(for: cacheKey) {
+            return try core.lendingBytes { try entry.data.withUnsafeBytes(body) }
+        }
+        if cacheable, core.cache.admitsRawValue(for: cacheKey) {
+            guard let data = try core.fetchData(cacheKey) else { return }
+            core.cache.insert(CacheEntry(data: data, object: nil), for: cacheKey)
+            return try core.lendingBytes { try data.withUnsafeBytes(body) }
+        }
+        // A body that reads the same way runs on a statement of its own (`idleStatement`).
+        let statement = try core.handle().idleStatement(.getDataInPlace)
+        try core.lendingBytes { try statement.withBlob(collection, key, body) }
+    }
+
     /// Whether a value is stored under `key` in `collection`.
     public func hasValue(forKey key: String, inCollection collection: String) throws(DatabaseError) -> Bool {
         try checkActive()

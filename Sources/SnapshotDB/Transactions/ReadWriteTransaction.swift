@@ -283,6 +283,12 @@ public final class ReadWriteTransaction: ReadTransaction {
     /// enumerates it: SQLite would hand the enumeration rows the write moved or added, or not,
     /// depending on where they land.
     private func checkNotEnumerating(_ collection: String?) throws(DatabaseError) {
+        if core.bytesLent > 0 {
+            throw DatabaseError(
+                .misuse,
+                "a write into collection '\(collection ?? "*")' inside withUnsafeBytes(forKey:inCollection:); "
+                    + "copy the bytes it needs (for example Data(bytes)) and write after its closure returns")
+        }
         guard core.isEnumerating(collection) else { return }
         throw DatabaseError(
             .misuse,
