@@ -78,6 +78,7 @@ struct InPlaceReadTests {
                     { try txn.setData(Data([3]), forKey: "other", inCollection: "elsewhere") },
                     { try txn.removeValue(forKey: "a", inCollection: "c") },
                     { try txn.removeAllCollections() },
+                    { _ = try txn.setMetadata("m", forKey: "a", inCollection: "c") },
                 ] as [() throws -> Void] {
                     let error = #expect(throws: DatabaseError.self) {
                         try txn.withUnsafeBytes(forKey: "a", inCollection: "c") { _ in try write() }
@@ -90,6 +91,7 @@ struct InPlaceReadTests {
                 #expect(try txn.data(forKey: "a", inCollection: "c") == Data([2]))
                 #expect(try txn.data(forKey: "b", inCollection: "c") == Data([4]))
                 #expect(try txn.data(forKey: "other", inCollection: "elsewhere") == nil)
+                #expect(try txn.metadata(forKey: "a", inCollection: "c", as: String.self) == nil)
             }
         }
     }

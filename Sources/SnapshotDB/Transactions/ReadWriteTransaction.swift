@@ -283,17 +283,22 @@ public final class ReadWriteTransaction: ReadTransaction {
     /// enumerates it: SQLite would hand the enumeration rows the write moved or added, or not,
     /// depending on where they land.
     private func checkNotEnumerating(_ collection: String?) throws(DatabaseError) {
-        if core.bytesLent > 0 {
-            throw DatabaseError(
-                .misuse,
-                "a write into collection '\(collection ?? "*")' inside withUnsafeBytes(forKey:inCollection:); "
-                    + "copy the bytes it needs (for example Data(bytes)) and write after its closure returns")
-        }
+        try checkNotLendingBytes(collection)
         guard core.isEnumerating(collection) else { return }
         throw DatabaseError(
             .misuse,
             "a write into collection '\(collection ?? "*")' inside an enumeration of it; collect the keys first "
                 + "(for example with keys(inCollection:)), then write")
+    }
+
+    /// Throws `misuse` inside a ``ReadTransaction/withUnsafeBytes(forKey:inCollection:_:)``
+    /// closure: a write to the values table could move the bytes it was lent.
+    func checkNotLendingBytes(_ collection: String?) throws(DatabaseError) {
+        guard core.bytesLent > 0 else { return }
+        throw DatabaseError(
+            .misuse,
+            "a write into collection '\(collection ?? "*")' inside withUnsafeBytes(forKey:inCollection:); "
+                + "copy the bytes it needs (for example Data(bytes)) and write after its closure returns")
     }
 
     /// Marks this scope (this savepoint's, or the whole transaction's) to be rolled back,

@@ -54,6 +54,7 @@ extension ReadWriteTransaction {
         throws(DatabaseError) -> Bool
     {
         try checkActive()
+        try checkNotLendingBytes(collection)
         let handle = try core.handle()
         let statement = try handle.statement(.setMetadata)
         defer { statement.reset() }
