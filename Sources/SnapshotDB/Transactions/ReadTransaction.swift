@@ -142,8 +142,9 @@ public class ReadTransaction {
         try checkActive()
         let cacheKey = CacheKey(collection: collection, key: key)
         let cacheable = cacheIsValid(for: cacheKey)
-        // A cached value, or one read often enough to be cached now (the same admission as
-        // `data(forKey:)`), is lent from its cached `Data`; any other is lent in place.
+        // A cached value, or one read often enough to be cached now (the admission filter of
+        // `data(forKey:)`, asked here before the read, so that a value not admitted is never
+        // copied), is lent from its cached `Data`; any other is lent in place.
         if cacheable, let entry = core.cache.entry(for: cacheKey) {
             return try core.lendingBytes { try entry.data.withUnsafeBytes(body) }
         }
