@@ -32,7 +32,7 @@ struct CommitCounterTests {
             try writer.readWrite { try $0.setData(Data([6]), forKey: "a", inCollection: "c") }
             #expect(db.latestCommit == 7)
             let counter = try run(
-                "/usr/bin/sqlite3", [db.path, "SELECT value FROM snapshotdb_meta WHERE name = 'commit'"])
+                "/usr/bin/sqlite3", [db.path, "SELECT max(number) FROM snapshotdb_history"])
             #expect(counter == "7\n")
             try writer.readWrite { try $0.setData(Data([7]), forKey: "a", inCollection: "c") }
             #expect(db.latestCommit == 8)
@@ -124,7 +124,7 @@ struct CommitCounterTests {
             #expect(next.first?.info == ["who": "after restore"])
             #expect(try ui.read { try $0.value(forKey: "x", inCollection: "c", as: String.self) } == "x5")
             let counter = try run(
-                "/usr/bin/sqlite3", [db.path, "SELECT value FROM snapshotdb_meta WHERE name = 'commit'"])
+                "/usr/bin/sqlite3", [db.path, "SELECT max(number) FROM snapshotdb_history"])
             #expect(counter == "5\n")
         }
     }

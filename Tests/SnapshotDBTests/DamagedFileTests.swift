@@ -150,7 +150,7 @@ struct DamagedFileTests {
 
     /// What a foreign client (the `sqlite3` shell) may do to SnapshotDB's metadata.
     enum MetadataDamage: String, CaseIterable, Sendable {
-        case commitCounterDeleted = "DELETE FROM snapshotdb_meta WHERE name = 'commit'"
+        case historyEmptied = "DELETE FROM snapshotdb_history"
         case externalMarkerDeleted = "DELETE FROM snapshotdb_meta WHERE name = 'external'"
         case sealedMarkerDeleted = "DELETE FROM snapshotdb_meta WHERE name = 'external_sealed'"
         case metadataTableDropped = "DROP TABLE snapshotdb_meta"
@@ -315,7 +315,7 @@ struct DamagedFileTests {
             }
             #expect(try isIntact(path), sourceLocation: sourceLocation)
             #expect(
-                try sqlite3(path, "SELECT value FROM snapshotdb_meta WHERE name = 'commit'")
+                try sqlite3(path, "SELECT max(number) FROM snapshotdb_history")
                     == "\(commits + 1)\n",
                 sourceLocation: sourceLocation)
         }

@@ -144,7 +144,7 @@ struct FileTests {
             #expect(total == tasks * increments)
             #expect(db.latestCommit == UInt64(tasks * increments))
             let persisted = try run(
-                "/usr/bin/sqlite3", [db.path, "SELECT value FROM snapshotdb_meta WHERE name='commit'"])
+                "/usr/bin/sqlite3", [db.path, "SELECT max(number) FROM snapshotdb_history"])
             #expect(persisted == "\(tasks * increments)\n")
         }
     }

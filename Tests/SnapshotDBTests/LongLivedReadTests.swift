@@ -219,10 +219,13 @@ struct LongLivedReadTests {
 
             let changes = try ui.beginLongLivedReadTransaction()
             #expect(changes.count == 1)
-            #expect(changes.first?.isExternal == true)
+            // The schema's triggers noted the key: the changeset is exact.
+            #expect(changes.first?.isExternal == false)
+            #expect(changes.first?.connectionName == nil)
             #expect(changes.first?.commit == 2)
-            #expect(changes.hasChange(forKey: "anything", inCollection: "anywhere"))
-            // The cache was dropped: the foreign value is visible.
+            #expect(changes.first?.setKeys == ["c": ["k"]])
+            #expect(!changes.hasChange(forKey: "anything", inCollection: "anywhere"))
+            // The changed key left the cache: the foreign value is visible.
             #expect(try ui.read { try $0.value(forKey: "k", inCollection: "c", as: String.self) } == "theirs")
             // Sealed once: nothing more to report, and the next local commit follows it.
             #expect(try ui.beginLongLivedReadTransaction() == [])
@@ -234,7 +237,8 @@ struct LongLivedReadTests {
             try writer.readWrite { try $0.set("after", forKey: "k3", inCollection: "c") }
             let later = try ui.beginLongLivedReadTransaction()
             #expect(later.map(\.commit) == [4, 5])
-            #expect(later.map(\.isExternal) == [true, false])
+            #expect(later.map(\.isExternal) == [false, false])
+            #expect(later.first?.removedKeys == ["c": ["k2"]])
             #expect(try ui.read { try $0.keys(inCollection: "c") } == ["k", "k3"])
         }
     }

@@ -59,8 +59,8 @@ struct MetadataTests {
     @Test func aVersionOneFileIsMigratedWithItsValues() throws {
         try withTemporaryDirectory { directory throws in
             let path = directory.appendingPathComponent("v1.sqlite").path
-            // The version-1 schema, as the previous release wrote it.
-            let v1 = Schema.createCurrent
+            // The version-1 schema, as the first release wrote it.
+            let v1 = OlderSchemas.version2
                 .replacingOccurrences(of: "    metadata BLOB,\n", with: "")
                 .replacingOccurrences(of: "PRAGMA user_version = 2;", with: "PRAGMA user_version = 1;")
             #expect(!v1.contains("metadata"))
@@ -72,7 +72,7 @@ struct MetadataTests {
                     #"INSERT INTO snapshotdb_values VALUES ('c', 'k', '{"title":"old","count":0}'); UPDATE snapshotdb_meta SET value = 1 WHERE name IN ('commit', 'external_sealed');"#,
                 ])
             let db = try Database(path: path)
-            #expect(try run("/usr/bin/sqlite3", [path, "PRAGMA user_version"]) == "2\n")
+            #expect(try run("/usr/bin/sqlite3", [path, "PRAGMA user_version"]) == "3\n")
             let writer = db.newConnection(name: "writer")
             #expect(
                 try writer.read { try $0.value(forKey: "k", inCollection: "c", as: Item.self) }

@@ -81,3 +81,30 @@ func expectError<R>(
     }
     return nil
 }
+
+/// The schemas earlier releases wrote, as they wrote them, for the migration tests.
+enum OlderSchemas {
+    /// Schema version 2 (before the durable history): the commit counter in `snapshotdb_meta`.
+    static let version2 = """
+        CREATE TABLE snapshotdb_meta(name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
+        INSERT INTO snapshotdb_meta(name, value) VALUES ('commit', 0), ('external', 0), ('external_sealed', 0);
+        CREATE TABLE snapshotdb_values(
+            collection TEXT NOT NULL,
+            key TEXT NOT NULL,
+            data BLOB NOT NULL,
+            metadata BLOB,
+            PRIMARY KEY (collection, key)
+        ) WITHOUT ROWID;
+        CREATE TRIGGER snapshotdb_external_insert AFTER INSERT ON snapshotdb_values BEGIN
+            UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
+        END;
+        CREATE TRIGGER snapshotdb_external_update AFTER UPDATE ON snapshotdb_values BEGIN
+            UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
+        END;
+        CREATE TRIGGER snapshotdb_external_delete AFTER DELETE ON snapshotdb_values BEGIN
+            UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
+        END;
+        PRAGMA application_id = 1399735362;
+        PRAGMA user_version = 2;
+        """
+}

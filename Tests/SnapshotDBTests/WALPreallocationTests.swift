@@ -136,7 +136,7 @@ struct WALPreallocationTests {
             #expect(after.bytes.count == before.bytes.count)
             #expect(try sqlite3(path, "SELECT count(*) FROM snapshotdb_values") == "\(Self.commits)\n")
             #expect(
-                try sqlite3(path, "SELECT value FROM snapshotdb_meta WHERE name = 'commit'")
+                try sqlite3(path, "SELECT max(number) FROM snapshotdb_history")
                     == "\(Self.commits + 2)\n")
             #expect(try isIntact(path))
         }

@@ -4,10 +4,14 @@ internal import Synchronization
 /// What one commit changed: an immutable value delivered to bookmarked connections and
 /// `Database.changes()` subscribers.
 ///
-/// A changeset made by this process lists the keys set and removed per collection and the
-/// collections cleared. A commit made outside this `Database` (another process, the `sqlite3`
-/// shell) is delivered with ``isExternal`` set: its keys are unknown, so every `hasChange`
-/// question answers `true`.
+/// A changeset lists the keys set and removed per collection and the collections cleared,
+/// whichever process made the commit: every commit writes its changeset into the file's
+/// durable history in the same SQLite transaction as its values, and a commit of another
+/// process is read from there, in the snapshot that holds its values. Writes by a foreign
+/// client (the `sqlite3` shell) get the keys the schema's triggers noted. Only a commit whose
+/// history is gone (purged before this process read it, or a backup put back from outside) is
+/// delivered with ``isExternal`` set: its keys are unknown, so every `hasChange` question
+/// answers `true`.
 public struct Changeset: Sendable, Hashable {
     /// The commit number this changeset produced: the last of ``commits``.
     public var commit: UInt64 { commits.upperBound }
@@ -23,14 +27,20 @@ public struct Changeset: Sendable, Hashable {
     public var clearedCollections: Set<String> { keys.sets.clearedCollections }
     /// Whether `removeAllCollections()` ran in this commit.
     public let clearedAllCollections: Bool
-    /// The name of the connection that wrote the commit; `nil` for an external commit.
+    /// The name of the connection that wrote the commit; `nil` for a foreign client's writes
+    /// and an external commit.
     public let connectionName: String?
-    /// When the commit was published: when this process learnt that SQLite had committed it.
+    /// The process id of the process that made the commit; `nil` for a foreign client's writes
+    /// and an external commit.
+    public let processID: Int32?
+    /// When the commit was made (as its history records it, the same in every process); for an
+    /// external commit, when this process learnt of it.
     public let date: Date
     /// Free-form information the writing transaction attached (``ReadWriteTransaction/info``).
     public let info: [String: String]
-    /// Whether the commit came from outside this `Database`; then the key sets are empty and
-    /// every `hasChange` answers `true`.
+    /// Whether the commit's keys are unknown (its history was purged before it was read, or
+    /// older contents were put back from outside); then the key sets are empty and every
+    /// `hasChange` answers `true`.
     public let isExternal: Bool
     /// The key sets, shared by every copy of the changeset and built from the transaction's
     /// log the first time anything asks (see ``ChangedKeys``).
@@ -43,19 +53,20 @@ public struct Changeset: Sendable, Hashable {
         commit: UInt64, setKeys: [String: Set<String>] = [:], removedKeys: [String: Set<String>] = [:],
         clearedCollections: Set<String> = [], clearedAllCollections: Bool = false,
         connectionName: String? = nil, date: Date = Date(), info: [String: String] = [:],
-        isExternal: Bool = false
+        isExternal: Bool = false, processID: Int32? = nil
     ) {
         self.init(
             commits: commit...commit,
             keys: ChangedKeys(
                 KeySets(setKeys: setKeys, removedKeys: removedKeys, clearedCollections: clearedCollections)),
-            clearedAllCollections: clearedAllCollections, connectionName: connectionName, date: date,
-            info: info, isExternal: isExternal)
+            clearedAllCollections: clearedAllCollections, connectionName: connectionName,
+            processID: processID,
+            date: date, info: info, isExternal: isExternal)
     }
 
     init(
         commits: ClosedRange<UInt64>, keys: ChangedKeys, clearedAllCollections: Bool, connectionName: String?,
-        date: Date, info: [String: String], isExternal: Bool,
+        processID: Int32? = nil, date: Date, info: [String: String], isExternal: Bool,
         extensionChanges: ExtensionChanges = ExtensionChanges()
     ) {
         self.extensionChanges = extensionChanges
@@ -63,6 +74,7 @@ public struct Changeset: Sendable, Hashable {
         self.keys = keys
         self.clearedAllCollections = clearedAllCollections
         self.connectionName = connectionName
+        self.processID = processID
         self.date = date
         self.info = info
         self.isExternal = isExternal
@@ -75,18 +87,12 @@ public struct Changeset: Sendable, Hashable {
             date: date, info: [:], isExternal: true)
     }
 
-    /// This changeset with its ``date`` set to `date`: the moment it is published.
-    func published(at date: Date) -> Changeset {
-        Changeset(
-            commits: commits, keys: keys, clearedAllCollections: clearedAllCollections,
-            connectionName: connectionName, date: date, info: info, isExternal: isExternal,
-            extensionChanges: extensionChanges)
-    }
-
     /// Whether two changesets are equal in every property, key sets included.
     public static func == (lhs: Changeset, rhs: Changeset) -> Bool {
         lhs.commits == rhs.commits && lhs.clearedAllCollections == rhs.clearedAllCollections
-            && lhs.connectionName == rhs.connectionName && lhs.date == rhs.date && lhs.info == rhs.info
+            && lhs.connectionName == rhs.connectionName && lhs.processID == rhs.processID
+            && lhs.date == rhs.date
+            && lhs.info == rhs.info
             && lhs.isExternal == rhs.isExternal && lhs.keys.sets == rhs.keys.sets
     }
 
@@ -96,6 +102,7 @@ public struct Changeset: Sendable, Hashable {
         hasher.combine(commits.upperBound)
         hasher.combine(clearedAllCollections)
         hasher.combine(connectionName)
+        hasher.combine(processID)
         hasher.combine(date)
         hasher.combine(info)
         hasher.combine(isExternal)
@@ -278,7 +285,7 @@ struct ChangesetBuilder {
         let key: String
     }
 
-    private var operations: [Operation] = []
+    private(set) var operations: [Operation] = []
     private(set) var clearedAllCollections = false
     /// The operations already folded into `touchedKeys` and `touchedCollections`.
     private var indexedCount = 0
@@ -326,11 +333,11 @@ struct ChangesetBuilder {
         commit: UInt64, connectionName: String, info: [String: String],
         extensionChanges: ExtensionChanges = ExtensionChanges()
     ) -> Changeset {
-        // The date is set again when the commit is published.
         Changeset(
             commits: commit...commit, keys: ChangedKeys(log: operations),
-            clearedAllCollections: clearedAllCollections, connectionName: connectionName, date: Date(),
-            info: info, isExternal: false, extensionChanges: extensionChanges)
+            clearedAllCollections: clearedAllCollections, connectionName: connectionName,
+            processID: History.processID, date: Date(), info: info, isExternal: false,
+            extensionChanges: extensionChanges)
     }
 
     /// Folds a log into key sets: the last operation on a key wins, and a cleared collection

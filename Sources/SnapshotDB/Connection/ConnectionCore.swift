@@ -102,6 +102,8 @@ final class ConnectionCore: @unchecked Sendable {
                 handle.lookUpWALIndex()
                 let header = before.flatMap { handle.walIndexHeader() == $0 ? $0 : nil }
                 state = try database.commitState(of: handle, header: header, published: published)
+                // Commits of other processes: published with their history, read in this snapshot.
+                database.observe(commit: state.commit, reading: handle)
             } catch {
                 try? handle.rollback()
                 throw error

@@ -70,14 +70,26 @@ extension Database {
     }
 
     /// Publishes every commit up to `commit`: the pending local one with its changeset, the
-    /// others as one external changeset per stretch of numbers (made by another process).
+    /// others with the changesets their history rows hold when `handle` (in a transaction whose
+    /// snapshot reaches `commit`) is given, and as one external changeset per stretch of numbers
+    /// whose history is not there (purged, or no handle to read it).
     ///
     /// Called by the writer after its `COMMIT`, and by any connection that observed a counter
     /// the log does not reach yet. Idempotent and ordered: all callers go through the state
-    /// lock. Costs the same for a jump of one commit or of a million.
-    func observe(commit: UInt64) {
-        guard commit > publishedCommit.load(ordering: .acquiring) else { return }
-        let overflowed = state.withLock { publish(through: commit, in: &$0) }
+    /// lock. Without a handle it costs the same for a jump of one commit or of a million; with
+    /// one, it reads the history rows it publishes (and never more than
+    /// ``Configuration/commitLogRetention`` of them: older ones would be trimmed at once).
+    func observe(commit: UInt64, reading handle: SQLiteHandle? = nil) {
+        let published = publishedCommit.load(ordering: .acquiring)
+        guard commit > published else { return }
+        var loaded: [Changeset] = []
+        if let handle {
+            // A damaged row (written by a foreign client) is published as external: a reader
+            // must never stop at it. `ReadTransaction.changes(after:)` reports it as `corrupt`.
+            let from = max(published, commit - min(commit, UInt64(configuration.commitLogRetention)))
+            loaded = (try? History.changesets(after: from, through: commit, on: handle, path: path)) ?? []
+        }
+        let overflowed = state.withLock { publish(through: commit, loaded: loaded, in: &$0) }
         // Finishing runs the stream's termination handler, which takes the state lock.
         for continuation in overflowed { continuation.finish() }
     }
@@ -85,19 +97,41 @@ extension Database {
     /// Appends every commit up to `commit` to the log and delivers it; returns the streams that
     /// overflowed, for the caller to finish once the state lock is released.
     private func publish(
-        through commit: UInt64, in state: inout DatabaseState
+        through commit: UInt64, loaded: [Changeset], in state: inout DatabaseState
     ) -> [AsyncStream<Changeset>.Continuation] {
         guard commit > state.latestCommit else { return [] }
         let now = Date()
         var published: [Changeset] = []
         var next = state.latestCommit + 1
+        var known = loaded[...]
         if let pending = state.pending, pending.commit >= next, pending.commit <= commit {
-            if pending.commit > next { published.append(.external(next...pending.commit - 1, date: now)) }
-            published.append(pending.published(at: now))
+            // The local commit's own changeset wins over its history row (the same content).
+            known =
+                loaded.isEmpty
+                ? [pending][...]
+                : (loaded.filter { $0.commit != pending.commit } + [pending]).sorted {
+                    $0.commit < $1.commit
+                }[...]
             state.pending = nil
-            next = pending.commit + 1
         }
-        if next <= commit { published.append(.external(next...commit, date: now)) }
+        // Unknown stretches next to each other are one external changeset: a jump of any size
+        // costs one.
+        func append(_ changeset: Changeset) {
+            if changeset.isExternal, let last = published.last, last.isExternal {
+                published[published.count - 1] = .external(
+                    last.commits.lowerBound...changeset.commit, date: now)
+            } else {
+                published.append(changeset)
+            }
+        }
+        for changeset in known where changeset.commit >= next && changeset.commit <= commit {
+            if changeset.commits.lowerBound > next {
+                append(.external(next...changeset.commits.lowerBound - 1, date: now))
+            }
+            append(changeset)
+            next = changeset.commit + 1
+        }
+        if next <= commit { append(.external(next...commit, date: now)) }
         var overflowed: [AsyncStream<Changeset>.Continuation] = []
         for changeset in published {
             state.commitLog.append(changeset)

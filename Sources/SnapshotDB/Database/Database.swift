@@ -27,6 +27,10 @@ public final class Database: Sendable {
     public let path: String
     /// The configuration the database was opened with.
     public let configuration: Configuration
+    /// The file's identity: a random number drawn when the file was created (or upgraded to
+    /// durable history), kept by every copy of it. A ``HistoryPosition`` carries it, so that a
+    /// position of another file is refused.
+    public let identity: UInt64
 
     /// The single writer: every commit of this process is made there (see ``Writer``).
     let writer = Writer()
@@ -133,11 +137,13 @@ public final class Database: Sendable {
             try setup.configureForSnapshotDB(
                 synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
             let latest = try setup.readCommitState().commit
+            let identity = try setup.int64("SELECT value FROM snapshotdb_meta WHERE name = 'identity'")
             let pageSize = try setup.pageSize()
             isReadOnly = setup.isReadOnly
             if walHasFrames { setup.setCheckpointsOnClose(true) }
             self.path = resolved
             self.configuration = configuration
+            self.identity = UInt64(bitPattern: identity ?? 0)
             self.state = Mutex(DatabaseState(latestCommit: latest))
             self.publishedCommit.store(latest, ordering: .releasing)
             self.checkpointer = Checkpointer(

@@ -87,6 +87,17 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         /// No extension of that name and kind is registered, or the snapshot the transaction
         /// reads predates its registration (advance the bookmark).
         public static let unknownExtension = Code("unknownExtension")
+        /// The durable history no longer holds (or never held) the changes asked for: they were
+        /// purged by the retention bound, or predate the history (a file upgraded from schema 2
+        /// has no history before its upgrade). The message names the range.
+        public static let historyUnavailable = Code("historyUnavailable")
+        /// A history position that belongs to no history of this file: one from another database
+        /// file, or one that this file's history never reached or left behind (an older copy of
+        /// the file was put back, or restored, and went on with other commits).
+        public static let historyMismatch = Code("historyMismatch")
+        /// A named consumer fell behind the history's retention bound and was expired: the
+        /// changes it had not acknowledged were purged. Its next read says so; reset it to go on.
+        public static let consumerExpired = Code("consumerExpired")
         /// Any other SQLite error; ``DatabaseError/sqliteCode`` holds SQLite's result code.
         public static let sqlite = Code("sqlite")
 

@@ -13,22 +13,74 @@ internal import Foundation
 ///   main file's header always carries them (a foreign tool can tell what the file is without
 ///   reading the WAL).
 /// - `snapshotdb_values` holds every value under `(collection, key)`.
-/// - `snapshotdb_meta` holds the commit counter (`commit`) and two markers for writes made by
-///   foreign clients: triggers on `snapshotdb_values` bump `external` for every row a foreign
-///   client (the `sqlite3` shell, another library) changes; SnapshotDB's own connections run
-///   with triggers disabled, so their writes cost nothing extra. When `external` differs from
-///   `external_sealed`, the next SnapshotDB transaction gives the foreign change a commit
-///   number of its own and an external changeset ("sealing").
+/// - `snapshotdb_history` holds one row per commit: its number, kind, date, process, connection,
+///   a random token, `info` and the changed keys with what extensions recorded (the encoding is
+///   ``HistoryCoding``). **The commit counter is the newest row's number**: a commit writes its
+///   history row in place of the counter row that schema 2 rewrote, so durable history costs
+///   no extra page per commit. Rows older than the retention bound are purged, never the newest.
+/// - `snapshotdb_meta` holds the database's random `identity` (a history position of another
+///   file is refused, see ``HistoryPosition``) and two markers for writes made by foreign
+///   clients: triggers on `snapshotdb_values` bump `external` for every row a foreign client
+///   (the `sqlite3` shell, another library) changes and note its key in
+///   `snapshotdb_foreign_changes`; SnapshotDB's own connections run with triggers disabled, so
+///   their writes cost nothing extra. When `external` differs from `external_sealed`, the next
+///   SnapshotDB transaction gives the foreign change a commit number of its own and a changeset
+///   with exactly those keys ("sealing").
+/// - `snapshotdb_consumers` holds the durable positions of named consumers (``Consumer``).
 enum Schema {
     /// `'SnDB'`, stored in the header's application id field.
     static let applicationID: Int32 = 0x536E_4442
     /// The schema version this library writes and reads.
-    static let currentVersion: Int64 = 2
+    static let currentVersion: Int64 = 3
 
-    /// The current schema, for a new file. Version 2 added `snapshotdb_values.metadata`.
+    /// A date in seconds since 1970, in SQL (`unixepoch('subsec')` needs SQLite 3.42).
+    private static let sqlNow = "((julianday('now') - 2440587.5) * 86400.0)"
+
+    /// The tables and triggers schema 3 added: durable history, foreign keys, consumers.
+    static let historyObjects = """
+        CREATE TABLE snapshotdb_history(
+            number INTEGER PRIMARY KEY,
+            kind INTEGER NOT NULL,
+            date REAL NOT NULL,
+            process INTEGER,
+            connection TEXT,
+            token INTEGER NOT NULL,
+            info TEXT,
+            changes BLOB
+        );
+        CREATE TABLE snapshotdb_foreign_changes(
+            collection TEXT NOT NULL,
+            key TEXT NOT NULL,
+            PRIMARY KEY (collection, key)
+        ) WITHOUT ROWID;
+        CREATE TABLE snapshotdb_consumers(
+            name TEXT PRIMARY KEY NOT NULL,
+            position INTEGER NOT NULL,
+            token INTEGER NOT NULL,
+            expired INTEGER NOT NULL DEFAULT 0,
+            updated REAL NOT NULL
+        );
+        CREATE TRIGGER snapshotdb_external_insert AFTER INSERT ON snapshotdb_values BEGIN
+            UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
+            INSERT OR IGNORE INTO snapshotdb_foreign_changes VALUES (NEW.collection, NEW.key);
+        END;
+        CREATE TRIGGER snapshotdb_external_update AFTER UPDATE ON snapshotdb_values BEGIN
+            UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
+            INSERT OR IGNORE INTO snapshotdb_foreign_changes VALUES (OLD.collection, OLD.key);
+            INSERT OR IGNORE INTO snapshotdb_foreign_changes VALUES (NEW.collection, NEW.key);
+        END;
+        CREATE TRIGGER snapshotdb_external_delete AFTER DELETE ON snapshotdb_values BEGIN
+            UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
+            INSERT OR IGNORE INTO snapshotdb_foreign_changes VALUES (OLD.collection, OLD.key);
+        END;
+        INSERT INTO snapshotdb_meta(name, value) VALUES ('identity', random());
+        """
+
+    /// The current schema, for a new file. Version 2 added `snapshotdb_values.metadata`,
+    /// version 3 the durable history (its row 0 starts the history of a new file).
     static let createCurrent = """
         CREATE TABLE snapshotdb_meta(name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
-        INSERT INTO snapshotdb_meta(name, value) VALUES ('commit', 0), ('external', 0), ('external_sealed', 0);
+        INSERT INTO snapshotdb_meta(name, value) VALUES ('external', 0), ('external_sealed', 0);
         CREATE TABLE snapshotdb_values(
             collection TEXT NOT NULL,
             key TEXT NOT NULL,
@@ -36,24 +88,31 @@ enum Schema {
             metadata BLOB,
             PRIMARY KEY (collection, key)
         ) WITHOUT ROWID;
-        CREATE TRIGGER snapshotdb_external_insert AFTER INSERT ON snapshotdb_values BEGIN
-            UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
-        END;
-        CREATE TRIGGER snapshotdb_external_update AFTER UPDATE ON snapshotdb_values BEGIN
-            UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
-        END;
-        CREATE TRIGGER snapshotdb_external_delete AFTER DELETE ON snapshotdb_values BEGIN
-            UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
-        END;
+        \(historyObjects)
+        INSERT INTO snapshotdb_history(number, kind, date, token)
+            VALUES (0, \(HistoryKind.start.rawValue), \(sqlNow), random());
         PRAGMA application_id = \(applicationID);
-        PRAGMA user_version = 2;
+        PRAGMA user_version = \(currentVersion);
         """
 
     /// The explicit migrations, by the version they start from: each runs in one transaction
     /// and sets the next version.
     static let migrations: [Int64: String] = [
         // Version 2: metadata beside each value (`ReadWriteTransaction.setMetadata`).
-        1: "ALTER TABLE snapshotdb_values ADD COLUMN metadata BLOB; PRAGMA user_version = 2;"
+        1: "ALTER TABLE snapshotdb_values ADD COLUMN metadata BLOB; PRAGMA user_version = 2;",
+        // Version 3: durable history. The counter row becomes the history's first row (a
+        // "start" row: no history before it), and the triggers also note foreign keys.
+        2: """
+        DROP TRIGGER snapshotdb_external_insert;
+        DROP TRIGGER snapshotdb_external_update;
+        DROP TRIGGER snapshotdb_external_delete;
+        \(historyObjects)
+        INSERT INTO snapshotdb_history(number, kind, date, token)
+            SELECT value, \(HistoryKind.start.rawValue), \(sqlNow), random()
+            FROM snapshotdb_meta WHERE name = 'commit';
+        DELETE FROM snapshotdb_meta WHERE name = 'commit';
+        PRAGMA user_version = 3;
+        """,
     ]
 
     /// What the first 100 bytes of an existing file say, read before SQLite touches the file.
@@ -140,17 +199,22 @@ enum Schema {
                 "\(path) has SnapshotDB schema version \(version); this library reads up to \(currentVersion)"
             )
         }
-        try checkIntact(handle, path: path)
-        // Migrations write, so they run only once the checks proved the file readable. A file
-        // that cannot be written (a read-only file system) stays at its version: everything but
-        // metadata works on it.
+        try checkIntact(handle, path: path, version: version)
+        // Migrations write, so they run only once the checks proved the file readable.
         var migrated = version
         while let step = migrations[migrated], migrated < currentVersion {
             do {
                 try handle.execute("BEGIN IMMEDIATE; \(step) COMMIT;")
-            } catch  where error.code == .readOnly {
+            } catch {
                 try? handle.rollback()
-                break
+                guard error.code == .readOnly else { throw error }
+                // Schema 3 moved the commit counter into the history: an older file cannot be
+                // read until it is upgraded once, which needs a writable file.
+                throw DatabaseError(
+                    .readOnly,
+                    "\(path) has SnapshotDB schema version \(version), which must be upgraded to "
+                        + "\(currentVersion) before this library can read it, and the file cannot be written; "
+                        + "open it once where it is writable", cause: error)
             }
             migrated += 1
         }
@@ -161,20 +225,33 @@ enum Schema {
         }
     }
 
-    /// The tables, triggers and metadata rows every transaction relies on, by type.
-    static let requiredObjects = [
-        "table": ["snapshotdb_meta", "snapshotdb_values"],
-        "trigger": [
-            "snapshotdb_external_insert", "snapshotdb_external_update", "snapshotdb_external_delete",
-        ],
-    ]
-    static let requiredMetadata = ["commit", "external", "external_sealed"]
+    /// The tables, triggers and metadata rows every transaction relies on, by type, in a file of
+    /// schema `version`.
+    static func requiredObjects(version: Int64) -> [String: [String]] {
+        var tables = ["snapshotdb_meta", "snapshotdb_values"]
+        if version >= 3 {
+            tables += ["snapshotdb_history", "snapshotdb_foreign_changes", "snapshotdb_consumers"]
+        }
+        return [
+            "table": tables,
+            "trigger": [
+                "snapshotdb_external_insert", "snapshotdb_external_update", "snapshotdb_external_delete",
+            ],
+        ]
+    }
+
+    static func requiredMetadata(version: Int64) -> [String] {
+        version >= 3
+            ? ["identity", "external", "external_sealed"] : ["commit", "external", "external_sealed"]
+    }
 
     /// Refuses a SnapshotDB file whose schema or metadata another client damaged (dropped a
-    /// table or trigger, deleted a row of `snapshotdb_meta`): opened, it would number commits
-    /// wrong or miss foreign writes.
-    static func checkIntact(_ handle: SQLiteHandle, path: String) throws(DatabaseError) {
-        for (type, names) in requiredObjects.sorted(by: { $0.key < $1.key }) {
+    /// table or trigger, deleted a row of `snapshotdb_meta`, emptied `snapshotdb_history`):
+    /// opened, it would number commits wrong or miss foreign writes.
+    static func checkIntact(_ handle: SQLiteHandle, path: String, version: Int64 = currentVersion)
+        throws(DatabaseError)
+    {
+        for (type, names) in requiredObjects(version: version).sorted(by: { $0.key < $1.key }) {
             let list = names.map { "'\($0)'" }.joined(separator: ", ")
             let found = try handle.int64(
                 "SELECT count(*) FROM sqlite_schema WHERE type = '\(type)' AND name IN (\(list))")
@@ -184,16 +261,22 @@ enum Schema {
                     "\(path) is a damaged SnapshotDB database: a \(type) of snapshotdb_ (\(list)) is missing")
             }
         }
-        let list = requiredMetadata.map { "'\($0)'" }.joined(separator: ", ")
+        let required = requiredMetadata(version: version)
+        let list = required.map { "'\($0)'" }.joined(separator: ", ")
         let rows = try handle.int64("SELECT count(*) FROM snapshotdb_meta WHERE name IN (\(list))")
-        guard rows == Int64(requiredMetadata.count) else { throw damagedMetadata(path: path) }
+        guard rows == Int64(required.count) else { throw damagedMetadata(path: path) }
+        if version >= 3 {
+            let counted = try handle.int64("SELECT count(*) FROM (SELECT 1 FROM snapshotdb_history LIMIT 1)")
+            guard counted == 1 else { throw damagedMetadata(path: path) }
+        }
     }
 
     /// The error for a `snapshotdb_meta` table that lost rows SnapshotDB needs.
     static func damagedMetadata(path: String) -> DatabaseError {
         DatabaseError(
             .corrupt,
-            "\(path) is a damaged SnapshotDB database: rows of snapshotdb_meta (the commit counter "
-                + "and the foreign-write markers) were deleted by another client")
+            "\(path) is a damaged SnapshotDB database: rows of snapshotdb_meta (the identity and the "
+                + "foreign-write markers) or every row of snapshotdb_history (which holds the commit "
+                + "counter) were deleted by another client")
     }
 }

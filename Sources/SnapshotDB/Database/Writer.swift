@@ -88,7 +88,14 @@ final class Writer: Sendable {
         let changeset = transaction.changes.build(
             commit: start + 1, connectionName: connection.name, info: transaction.info,
             extensionChanges: extensionChanges)
-        try commit(changeset, sealing: false, on: handle, database: database, writer: connection)
+        let history = History.Row(
+            number: changeset.commit, kind: .commit, date: changeset.date, connection: connection.name,
+            info: transaction.info,
+            changes: HistoryCoding.encode(
+                operations: transaction.changes.operations,
+                clearedAll: transaction.changes.clearedAllCollections, extensions: extensionChanges))
+        try commit(
+            changeset, history: history, sealing: false, on: handle, database: database, writer: connection)
         transaction.extensionWriters.didCommit(changeset.commit, from: start)
         connection.cache.invalidate(with: changeset)
         connection.cache.commit = changeset.commit
@@ -107,6 +114,8 @@ final class Writer: Sendable {
                 handle.lookUpWALIndex()
                 let state = try database.commitState(
                     of: handle, header: handle.walIndexHeader(), published: published)
+                // Commits of other processes: published with their history, read here.
+                database.observe(commit: state.commit, reading: handle)
                 guard state.unsealed != 0 else { return state.commit }
                 try seal(state, on: handle, database: database)
             } catch {
@@ -119,18 +128,49 @@ final class Writer: Sendable {
     // MARK: Sealing foreign writes
 
     /// Gives the foreign writes of the open `BEGIN IMMEDIATE` transaction a commit number of
-    /// their own and commits them, with an external changeset.
+    /// their own and commits them, with a changeset of the keys the schema's triggers noted
+    /// (an external one when none were noted: a backup put back from outside fires no trigger).
     ///
     /// They are numbered after every commit this process published: the file's counter is
     /// lower than that after a foreign restore of a backup, and numbers must never repeat.
     private func seal(_ state: CommitState, on handle: SQLiteHandle, database: Database) throws(DatabaseError)
     {
-        database.observe(commit: state.commit)
+        database.observe(commit: state.commit, reading: handle)
         let sealed = max(state.commit, database.latestCommit) + 1
         // Foreign clients changed values without the extensions' upkeep: rebuild them, in the
-        // same transaction. The external changeset makes their readers reload.
+        // same transaction. The changeset resets every extension, so their readers reload.
         try ExtensionWriters.rebuildAll(database, handle: handle)
-        try commit(.external(sealed...sealed), sealing: true, on: handle, database: database, writer: nil)
+        var operations: [ChangesetBuilder.Operation] = []
+        do throws(DatabaseError) {
+            let noted = try handle.idleStatement(.foreignChanges)
+            defer { noted.reset() }
+            while try noted.step() {
+                operations.append(
+                    .init(
+                        kind: noted.int64(at: 2) != 0 ? .set : .remove, collection: noted.string(at: 0),
+                        key: noted.string(at: 1)))
+            }
+            try handle.statement(.clearForeignChanges).execute()
+        } catch {
+            try? handle.rollback()
+            throw error
+        }
+        let date = Date()
+        guard !operations.isEmpty else {
+            try commit(
+                .external(sealed...sealed, date: date),
+                history: History.Row(number: sealed, kind: .unknown, date: date, info: [:]),
+                sealing: true, on: handle, database: database, writer: nil)
+            return
+        }
+        let extensions = ExtensionChanges(resetsAll: true)
+        let changeset = Changeset(
+            commits: sealed...sealed, keys: ChangedKeys(log: operations), clearedAllCollections: false,
+            connectionName: nil, date: date, info: [:], isExternal: false, extensionChanges: extensions)
+        let history = History.Row(
+            number: sealed, kind: .foreign, date: date, info: [:],
+            changes: HistoryCoding.encode(operations: operations, clearedAll: false, extensions: extensions))
+        try commit(changeset, history: history, sealing: true, on: handle, database: database, writer: nil)
     }
 
     /// For a reader that found foreign writes unsealed in its snapshot: seals them now if this
@@ -217,26 +257,26 @@ final class Writer: Sendable {
         }
         defer { try? handle.rollback() }
         let state = try database.commitState(of: handle, header: nil, published: published)
+        database.observe(commit: state.commit, reading: handle)
         if state.unsealed != 0 { try seal(state, on: handle, database: database) }
     }
 
     // MARK: Committing
 
-    /// Commits the open `BEGIN IMMEDIATE` transaction as `changeset.commit`: the counter,
-    /// the pending changeset, `COMMIT`, publishing, and the one report to the checkpointer.
+    /// Commits the open `BEGIN IMMEDIATE` transaction as `changeset.commit`: its history row
+    /// (which is the counter), the pending changeset, `COMMIT`, publishing, and the one report
+    /// to the checkpointer.
     ///
     /// `sealing` also marks every foreign write as sealed. `writer` is the connection whose
     /// transaction this is (`nil` for a seal), whose snapshot is released before `COMMIT`.
     /// On failure the transaction is rolled back and nothing is published.
     private func commit(
-        _ changeset: Changeset, sealing: Bool, on handle: SQLiteHandle, database: Database,
-        writer connection: ConnectionCore?
+        _ changeset: Changeset, history: History.Row, sealing: Bool, on handle: SQLiteHandle,
+        database: Database, writer connection: ConnectionCore?
     ) throws(DatabaseError) {
         let commit = changeset.commit
         do throws(DatabaseError) {
-            let update = try handle.statement(.writeCommit)
-            try update.bind(Int64(commit), at: 1)
-            try update.execute()
+            try History.write(history, on: handle)
             if sealing { try handle.statement(.sealExternal).execute() }
         } catch {
             try? handle.rollback()

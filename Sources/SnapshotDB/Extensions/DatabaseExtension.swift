@@ -179,7 +179,74 @@ struct ExtensionChanges: Sendable {
     var byName: [String: any Sendable] = [:]
     /// Extensions rebuilt or dropped in the commit: their readers reload.
     var reset: Set<String> = []
+    /// Whether every extension must be reloaded: the commit sealed a foreign client's writes,
+    /// and the process that sealed them rebuilt the extensions it knew of.
+    var resetsAll = false
 
     /// Whether `name` was rebuilt or dropped in the commit.
-    func isReset(_ name: String) -> Bool { reset.contains(name) }
+    func isReset(_ name: String) -> Bool { resetsAll || reset.contains(name) }
+}
+
+/// An extension's record of a commit that can be written into the durable history, so that
+/// another process (or this one after a restart) gets the same row changes.
+protocol DurableExtensionRecord: Sendable {
+    /// The record's type in the history encoding; never reused.
+    static var historyTag: UInt8 { get }
+    func encode(into writer: inout HistoryWriter)
+    static func decode(from reader: inout HistoryReader) throws(HistoryReader.Failure) -> Self
+}
+
+extension ExtensionChanges {
+    /// The record types the history can hold, by tag.
+    private static let durableRecordTypes: [UInt8: any DurableExtensionRecord.Type] = [
+        ViewCommitRecord.historyTag: ViewCommitRecord.self
+    ]
+
+    /// Appends the records and resets (see ``HistoryCoding``). A record that cannot be stored
+    /// is written as a reset, so another process reloads that extension rather than miss a change.
+    func encode(into writer: inout HistoryWriter) {
+        var durable: [(String, any DurableExtensionRecord)] = []
+        var resets = reset
+        for (name, record) in byName.sorted(by: { $0.key < $1.key }) {
+            if let record = record as? any DurableExtensionRecord {
+                durable.append((name, record))
+            } else {
+                resets.insert(name)
+            }
+        }
+        writer.varint(UInt64(durable.count))
+        for (name, record) in durable {
+            writer.string(name)
+            writer.byte(type(of: record).historyTag)
+            var payload = HistoryWriter()
+            record.encode(into: &payload)
+            writer.varint(UInt64(payload.bytes.count))
+            writer.bytes.append(contentsOf: payload.bytes)
+        }
+        writer.varint(UInt64(resets.count))
+        for name in resets.sorted() { writer.string(name) }
+        writer.byte(resetsAll ? 1 : 0)
+    }
+
+    /// Reads what ``encode(into:)`` wrote; a record of an unknown tag (written by a newer
+    /// version) becomes a reset of its extension.
+    static func decode(from reader: inout HistoryReader) throws(HistoryReader.Failure) -> ExtensionChanges {
+        var changes = ExtensionChanges()
+        for _ in 0..<(try reader.count()) {
+            let name = try reader.string()
+            let tag = try reader.byte()
+            var payload = HistoryReader(try reader.span())
+            guard let type = durableRecordTypes[tag] else {
+                changes.reset.insert(name)
+                continue
+            }
+            changes.byName[name] = try type.decode(from: &payload)
+            guard payload.isAtEnd else {
+                throw HistoryReader.Failure("extension record '\(name)' has extra bytes")
+            }
+        }
+        for _ in 0..<(try reader.count()) { changes.reset.insert(try reader.string()) }
+        changes.resetsAll = try reader.byte() != 0
+        return changes
+    }
 }

@@ -243,7 +243,12 @@ struct WALIndexHeader: Equatable, Sendable {
 enum SQL: Int, CaseIterable {
     case readState
     case fixSnapshot
-    case writeCommit
+    case writeHistory
+    case readHistory
+    case historyFloor
+    case historyToken
+    case foreignChanges
+    case clearForeignChanges
     case sealExternal
     case getData
     /// The same query as `getData`, for reads that hold their row while the caller's code runs
@@ -271,12 +276,13 @@ enum SQL: Int, CaseIterable {
     var text: String {
         switch self {
         case .readState:
-            // One step reads the commit counter and whether foreign writes are still unsealed.
-            // NOT INDEXED: the three rows sit in the table's one page, and scanning it spares a
-            // read of the name index's page, which after another connection's commit (SQLite
-            // then drops its page cache) is a read from the WAL or the file.
+            // One step reads the commit counter (the newest history row: one seek down the
+            // right edge of its b-tree) and whether foreign writes are still unsealed. NOT
+            // INDEXED: the meta rows sit in the table's one page, and scanning it spares a read
+            // of the name index's page, which after another connection's commit (SQLite then
+            // drops its page cache) is a read from the WAL or the file.
             return """
-                SELECT (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'commit'),
+                SELECT (SELECT max(number) FROM snapshotdb_history),
                        (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external')
                      - (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external_sealed')
                 """
@@ -284,7 +290,25 @@ enum SQL: Int, CaseIterable {
             // Reads one field of page 1, which every transaction reads anyway: the cheapest
             // statement that starts the read transaction and so fixes its snapshot.
             return "PRAGMA schema_version"
-        case .writeCommit: return "UPDATE snapshotdb_meta SET value = ?1 WHERE name = 'commit'"
+        case .writeHistory:
+            return """
+                INSERT INTO snapshotdb_history(number, kind, date, process, connection, token, info, changes)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                """
+        case .readHistory:
+            return """
+                SELECT number, kind, date, process, connection, info, changes FROM snapshotdb_history
+                WHERE number > ?1 AND number <= ?2 ORDER BY number
+                """
+        case .historyFloor: return "SELECT min(number) FROM snapshotdb_history"
+        case .historyToken: return "SELECT token FROM snapshotdb_history WHERE number = ?1"
+        case .foreignChanges:
+            return """
+                SELECT f.collection, f.key, v.collection IS NOT NULL FROM snapshotdb_foreign_changes AS f
+                LEFT JOIN snapshotdb_values AS v ON v.collection = f.collection AND v.key = f.key
+                ORDER BY f.collection, f.key
+                """
+        case .clearForeignChanges: return "DELETE FROM snapshotdb_foreign_changes"
         case .sealExternal:
             return """
                 UPDATE snapshotdb_meta SET value = (SELECT value FROM snapshotdb_meta
@@ -385,8 +409,9 @@ extension SQLiteHandle {
     /// The commit counter and the number of foreign writes not yet sealed, read in the open
     /// transaction (the first read of a deferred transaction also fixes its snapshot).
     ///
-    /// - Throws: `corrupt` when rows of `snapshotdb_meta` are missing (another client deleted
-    ///   them): without them commits would be numbered wrong or not at all.
+    /// - Throws: `corrupt` when rows of `snapshotdb_meta` or every row of `snapshotdb_history`
+    ///   are missing (another client deleted them): without them commits would be numbered
+    ///   wrong or not at all.
     func readCommitState() throws(DatabaseError) -> CommitState {
         let statement = try statement(.readState)
         defer { statement.reset() }

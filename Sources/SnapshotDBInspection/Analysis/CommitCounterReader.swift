@@ -1,9 +1,13 @@
-/// Reads the SnapshotDB commit counter, `snapshotdb_meta` row `('commit', N)`, from raw pages.
+/// Reads the SnapshotDB commit counter from raw pages: the largest row id of
+/// `snapshotdb_history` (schema 3 and later: the newest history row is the counter), or the
+/// `snapshotdb_meta` row `('commit', N)` of older schemas.
 ///
-/// Page 1 holds the `sqlite_schema` table b-tree; its row `('table', 'snapshotdb_meta', ...)`
-/// gives the root page of `snapshotdb_meta`, whose table b-tree holds `(name, value)` records.
+/// Page 1 holds the `sqlite_schema` table b-tree; its rows give the root pages of the two
+/// tables. The history's largest row id is at the end of the right-most path of its b-tree;
+/// `snapshotdb_meta` holds `(name, value)` records.
 enum CommitCounterReader {
     static let metaTableName = "snapshotdb_meta"
+    static let historyTableName = "snapshotdb_history"
     static let counterRowName = "commit"
 
     /// The counter as a reader whose snapshot ends at frame `bound` sees it (0: database file only).
@@ -32,12 +36,26 @@ enum CommitCounterReader {
 
         let table = reader.encoded("table")
         let metaName = reader.encoded(metaTableName)
+        let historyName = reader.encoded(historyTableName)
         var rootPage: Int64?
+        var historyRootPage: Int64?
         try reader.scanTable(rootPage: 1) { (row: [RecordValue]) throws(PageReadFailure) -> Bool in
             // sqlite_schema(type, name, tbl_name, rootpage, sql)
-            guard row.count >= 4, row[0] == .text(table), row[1] == .text(metaName) else { return false }
-            if case .integer(let page) = row[3] { rootPage = page }
-            return true
+            guard row.count >= 4, row[0] == .text(table), case .integer(let page) = row[3] else {
+                return false
+            }
+            if row[1] == .text(metaName) { rootPage = page }
+            if row[1] == .text(historyName) { historyRootPage = page }
+            return false
+        }
+        if let historyRootPage {
+            guard historyRootPage > 0, historyRootPage <= Int64(UInt32.max) else {
+                throw PageReadFailure(reason: "\(historyTableName) has root page \(historyRootPage)")
+            }
+            guard let last = try reader.largestRowID(rootPage: UInt32(historyRootPage)), last >= 0 else {
+                throw PageReadFailure(reason: "\(historyTableName) holds no row")
+            }
+            return UInt64(last)
         }
         guard let rootPage, rootPage > 0, rootPage <= Int64(UInt32.max) else {
             throw PageReadFailure(reason: "no \(metaTableName) table in the schema")

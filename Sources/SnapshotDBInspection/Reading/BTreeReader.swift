@@ -68,6 +68,35 @@ struct BTreeReader {
         return false
     }
 
+    /// The largest row id of the table b-tree rooted at `rootPage` (the last cell of the leaf at
+    /// the end of its right-most path), or `nil` when the table is empty.
+    func largestRowID(rootPage: UInt32) throws(PageReadFailure) -> Int64? {
+        var number = rootPage
+        var visited: Set<UInt32> = []
+        while true {
+            guard visited.insert(number).inserted else {
+                throw PageReadFailure(reason: "the b-tree of page \(rootPage) loops through page \(number)")
+            }
+            let page = try pages.page(number, asOfFrame: bound)
+            let headerOffset = number == 1 ? 100 : 0
+            let type = try byte(page, headerOffset)
+            let cellCount = Int(try uint16(page, headerOffset + 3))
+            switch type {
+            case 0x05:  // interior table page: follow the right-most pointer
+                number = try uint32(page, headerOffset + 8)
+            case 0x0D:  // leaf table page: the last cell holds the largest row id
+                guard cellCount > 0 else { return nil }
+                let cellOffset = Int(try uint16(page, headerOffset + 8 + 2 * (cellCount - 1)))
+                let (_, sizeLength) = try varint(page, cellOffset)
+                let (rowid, _) = try varint(page, cellOffset + sizeLength)
+                return Int64(bitPattern: rowid)
+            default:
+                throw PageReadFailure(
+                    reason: "page \(number) is not a table b-tree page (type 0x\(String(type, radix: 16)))")
+            }
+        }
+    }
+
     /// The payload of a table leaf cell, following overflow pages.
     private func payload(_ page: [UInt8], at offset: Int, size: UInt64) throws(PageReadFailure) -> [UInt8] {
         guard size <= UInt64(Self.maximumPayload) else {

@@ -236,6 +236,42 @@ struct ViewCommitRecord: Sendable {
     var touched: [ViewItem: Before?]
 }
 
+/// A view's record in the durable history: each touched item with its group and stored value
+/// before the commit, so that a reader in another process computes the same row changes.
+extension ViewCommitRecord: DurableExtensionRecord {
+    static var historyTag: UInt8 { 1 }
+
+    func encode(into writer: inout HistoryWriter) {
+        writer.varint(UInt64(touched.count))
+        for (item, before) in touched {
+            writer.string(item.collection)
+            writer.string(item.key)
+            if let before {
+                writer.byte(1)
+                writer.string(before.group)
+                writer.data(before.data)
+            } else {
+                writer.byte(0)
+            }
+        }
+    }
+
+    static func decode(from reader: inout HistoryReader) throws(HistoryReader.Failure) -> ViewCommitRecord {
+        var touched: [ViewItem: Before?] = [:]
+        let count = try reader.count()
+        touched.reserveCapacity(count)
+        for _ in 0..<count {
+            let item = ViewItem(collection: try reader.string(), key: try reader.string())
+            switch try reader.byte() {
+            case 0: touched[item] = .some(nil)
+            case 1: touched[item] = Before(group: try reader.string(), data: try reader.data())
+            case let flag: throw HistoryReader.Failure("a view item has flag \(flag)")
+            }
+        }
+        return ViewCommitRecord(touched: touched)
+    }
+}
+
 /// Which items may be in a view at all, decided outside its values (a search-results view's
 /// query): asked before the view's own grouping.
 struct ViewMembership {

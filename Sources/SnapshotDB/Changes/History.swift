@@ -1,0 +1,153 @@
+internal import CSQLite
+internal import Foundation
+
+#if canImport(Glibc)
+    internal import Glibc
+#elseif canImport(Darwin)
+    internal import Darwin
+#endif
+
+/// The durable history: one row of `snapshotdb_history` per commit, written by the commit's
+/// own SQLite transaction and read in a transaction's snapshot (see ``Schema`` for the table
+/// and ``HistoryCoding`` for the `changes` column).
+///
+/// Why a row per commit and not a log file beside the database: the row is part of the commit
+/// (power loss or `SIGKILL` never leaves a commit without its changeset, or the other way), a
+/// reader reads it in the same snapshot as the values it describes, and it travels with every
+/// copy of the file (a backup, a Litestream replica). Why the newest row is the counter: the
+/// row replaces the counter row that every commit rewrote before, so the history adds no WAL
+/// page to a commit.
+enum History {
+    /// This process's id, recorded with each of its commits.
+    static let processID = Int32(getpid())
+
+    /// One row to write.
+    struct Row {
+        var number: UInt64
+        var kind: HistoryKind
+        var date: Date
+        var connection: String?
+        var info: [String: String]
+        var changes: [UInt8]?
+
+        init(
+            number: UInt64, kind: HistoryKind, date: Date, connection: String? = nil, info: [String: String],
+            changes: [UInt8]? = nil
+        ) {
+            self.number = number
+            self.kind = kind
+            self.date = date
+            self.connection = connection
+            self.info = info
+            self.changes = changes
+        }
+    }
+
+    /// Writes `row` in the open write transaction on `handle`, with a fresh random token.
+    static func write(_ row: Row, on handle: SQLiteHandle) throws(DatabaseError) {
+        let insert = try handle.statement(.writeHistory)
+        try insert.bind(Int64(bitPattern: row.number), at: 1)
+        try insert.bind(row.kind.rawValue, at: 2)
+        try insert.bind(row.date.timeIntervalSince1970, at: 3)
+        if row.kind == .commit {
+            try insert.bind(Int64(processID), at: 4)
+        } else {
+            try insert.bindNull(at: 4)
+        }
+        if let connection = row.connection {
+            try insert.bind(connection, at: 5)
+        } else {
+            try insert.bindNull(at: 5)
+        }
+        try insert.bind(Int64.random(in: .min ... .max), at: 6)
+        if let info = HistoryCoding.encodeInfo(row.info) {
+            try insert.bind(info, at: 7)
+        } else {
+            try insert.bindNull(at: 7)
+        }
+        if let changes = row.changes {
+            try insert.bind(bytes: changes, at: 8)
+        } else {
+            try insert.bindNull(at: 8)
+        }
+        try insert.execute()
+    }
+
+    /// The changesets of the commits in `(after, through]` that the history of the open
+    /// transaction on `handle` holds, in order. Numbers without a row (purged, or skipped when
+    /// older contents were put back from outside) are left out; the caller decides what they
+    /// mean.
+    ///
+    /// - Throws: `corrupt` naming the commit when a row is damaged (written by a foreign client),
+    ///   or what SQLite reports.
+    static func changesets(after: UInt64, through: UInt64, on handle: SQLiteHandle, path: String)
+        throws(DatabaseError) -> [Changeset]
+    {
+        guard through > after else { return [] }
+        let rows = try handle.idleStatement(.readHistory)
+        defer { rows.reset() }
+        try rows.bind(Int64(bitPattern: after), at: 1)
+        try rows.bind(Int64(bitPattern: through), at: 2)
+        var changesets: [Changeset] = []
+        while try rows.step() {
+            if let changeset = try changeset(of: rows, path: path) { changesets.append(changeset) }
+        }
+        return changesets
+    }
+
+    /// The changeset of the current row of a ``SQL/readHistory`` statement; `nil` for a start row.
+    private static func changeset(of row: SQLiteStatement, path: String) throws(DatabaseError) -> Changeset? {
+        let number = UInt64(bitPattern: row.int64(at: 0))
+        func damaged(_ reason: String) -> DatabaseError {
+            DatabaseError(
+                .corrupt,
+                "\(path): the history row of commit \(number) is damaged (\(reason)); it was not written "
+                    + "by SnapshotDB")
+        }
+        guard row.storageClass(at: 1) == SQLITE_INTEGER, let kind = HistoryKind(rawValue: row.int64(at: 1))
+        else { throw damaged("unknown kind") }
+        if kind == .start { return nil }
+        let date = Date(timeIntervalSince1970: row.double(at: 2))
+        if kind == .unknown { return .external(number...number, date: date) }
+        let process = row.isNull(at: 3) ? nil : Int32(truncatingIfNeeded: row.int64(at: 3))
+        let connection = row.isNull(at: 4) ? nil : row.string(at: 4)
+        var info: [String: String] = [:]
+        if !row.isNull(at: 5) {
+            do { info = try HistoryCoding.decodeInfo(row.string(at: 5)) } catch {
+                throw damaged(error.reason)
+            }
+        }
+        guard row.storageClass(at: 6) == SQLITE_BLOB else { throw damaged("no changes") }
+        let decoded: HistoryCoding.Decoded
+        switch row.withBlob(
+            at: 6, { bytes in Result { () throws(HistoryReader.Failure) in try HistoryCoding.decode(bytes) } }
+        ) {
+        case .success(let value): decoded = value
+        case .failure(let error): throw damaged(error.reason)
+        }
+        return Changeset(
+            commits: number...number, keys: ChangedKeys(log: decoded.operations),
+            clearedAllCollections: decoded.clearedAll, connectionName: connection, processID: process,
+            date: date, info: info, isExternal: false, extensionChanges: decoded.extensions)
+    }
+
+    /// The oldest commit the history of the open transaction reaches back to: changesets are
+    /// known for every commit after it.
+    static func floor(on handle: SQLiteHandle) throws(DatabaseError) -> UInt64 {
+        let statement = try handle.statement(.historyFloor)
+        defer { statement.reset() }
+        guard try statement.step(), !statement.isNull(at: 0) else {
+            throw Schema.damagedMetadata(path: handle.path)
+        }
+        return UInt64(bitPattern: statement.int64(at: 0))
+    }
+
+    /// The random token of commit `commit` in the open transaction's history, `nil` when it has
+    /// no row.
+    static func token(of commit: UInt64, on handle: SQLiteHandle) throws(DatabaseError) -> UInt64? {
+        let statement = try handle.statement(.historyToken)
+        defer { statement.reset() }
+        try statement.bind(Int64(bitPattern: commit), at: 1)
+        return try statement.step() ? UInt64(bitPattern: statement.int64(at: 0)) : nil
+    }
+}

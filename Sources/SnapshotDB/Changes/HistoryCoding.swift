@@ -1,0 +1,222 @@
+internal import Foundation
+
+/// What a row of `snapshotdb_history` stands for (its `kind` column).
+enum HistoryKind: Int64, Sendable {
+    /// A commit made by a SnapshotDB connection (of any process): its keys, info, connection
+    /// and extension records are in the row.
+    case commit = 0
+    /// Writes by a foreign client (the `sqlite3` shell), sealed with a number of their own:
+    /// the keys the schema's triggers noted. Extensions were rebuilt in the same commit.
+    case foreign = 1
+    /// The start of the history: a new file's commit 0, or the counter of a file upgraded from
+    /// schema 2. Nothing before it is known, and its own row holds no changes.
+    case start = 2
+    /// Writes whose keys are unknown (sealed foreign writes found without noted keys, such as
+    /// a backup put back by another client): an external changeset.
+    case unknown = 3
+}
+
+/// The binary encoding of a changeset's keys and extension records in the `changes` column
+/// of `snapshotdb_history`.
+///
+/// ```
+/// changes   := version(1 byte = 1) flags(1 byte; bit 0: all collections cleared)
+///              runs extensions resets
+/// runs      := count(varint) run*          run := collection(string) count(varint) op*
+/// op        := kind(1 byte: 0 set, 1 remove, 2 clear) [key(string) unless clear]
+/// extensions:= count(varint) (name(string) tag(1 byte) payload(bytes))*
+/// resets    := count(varint) name(string)*
+/// string    := length(varint) UTF-8 bytes;  bytes := length(varint) bytes
+/// ```
+///
+/// The operations are the transaction's log in order (the last one on a key wins), grouped in
+/// runs of one collection: encoding is a linear copy with no hashing, so a bulk commit pays
+/// for its history what it pays for its log. A reader folds them into key sets on first use,
+/// as for a local changeset. Unknown extension record tags are skipped (a newer writer's
+/// record), so an older reader still gets the keys.
+enum HistoryCoding {
+    static let formatVersion: UInt8 = 1
+
+    /// Encodes a transaction's log, its clear-all flag and its extensions' records.
+    static func encode(
+        operations: [ChangesetBuilder.Operation], clearedAll: Bool, extensions: ExtensionChanges
+    ) -> [UInt8] {
+        var writer = HistoryWriter()
+        writer.bytes.reserveCapacity(16 + operations.count * 24)
+        writer.byte(formatVersion)
+        writer.byte(clearedAll ? 1 : 0)
+        var runs: [Range<Int>] = []
+        var start = 0
+        while start < operations.count {
+            var end = start + 1
+            while end < operations.count, operations[end].collection == operations[start].collection {
+                end += 1
+            }
+            runs.append(start..<end)
+            start = end
+        }
+        writer.varint(UInt64(runs.count))
+        for run in runs {
+            writer.string(operations[run.lowerBound].collection)
+            writer.varint(UInt64(run.count))
+            for operation in operations[run] {
+                switch operation.kind {
+                case .set:
+                    writer.byte(0)
+                    writer.string(operation.key)
+                case .remove:
+                    writer.byte(1)
+                    writer.string(operation.key)
+                case .clear:
+                    writer.byte(2)
+                }
+            }
+        }
+        extensions.encode(into: &writer)
+        return writer.bytes
+    }
+
+    /// What a `changes` column decodes to.
+    struct Decoded {
+        var operations: [ChangesetBuilder.Operation]
+        var clearedAll: Bool
+        var extensions: ExtensionChanges
+    }
+
+    /// Decodes a `changes` column.
+    ///
+    /// - Throws: ``HistoryReader/Failure`` when the bytes are not this encoding (a row damaged
+    ///   or written by a foreign client).
+    static func decode(_ bytes: UnsafeRawBufferPointer) throws(HistoryReader.Failure) -> Decoded {
+        var reader = HistoryReader(bytes)
+        let version = try reader.byte()
+        guard version == formatVersion else {
+            throw HistoryReader.Failure("unknown format version \(version)")
+        }
+        let flags = try reader.byte()
+        var operations: [ChangesetBuilder.Operation] = []
+        let runCount = try reader.count()
+        for _ in 0..<runCount {
+            let collection = try reader.string()
+            let count = try reader.count()
+            operations.reserveCapacity(operations.count + count)
+            for _ in 0..<count {
+                switch try reader.byte() {
+                case 0: operations.append(.init(kind: .set, collection: collection, key: try reader.string()))
+                case 1:
+                    operations.append(.init(kind: .remove, collection: collection, key: try reader.string()))
+                case 2: operations.append(.init(kind: .clear, collection: collection, key: ""))
+                case let kind: throw HistoryReader.Failure("unknown operation \(kind)")
+                }
+            }
+        }
+        let extensions = try ExtensionChanges.decode(from: &reader)
+        guard reader.isAtEnd else {
+            throw HistoryReader.Failure("\(reader.remaining) bytes after the changes")
+        }
+        return Decoded(operations: operations, clearedAll: flags & 1 != 0, extensions: extensions)
+    }
+
+    /// Encodes a transaction's `info` as JSON text (readable with the `sqlite3` shell), or `nil`
+    /// when it is empty.
+    static func encodeInfo(_ info: [String: String]) -> String? {
+        guard !info.isEmpty else { return nil }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        guard let data = try? encoder.encode(info) else { return nil }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func decodeInfo(_ text: String) throws(HistoryReader.Failure) -> [String: String] {
+        do {
+            return try JSONDecoder().decode([String: String].self, from: Data(text.utf8))
+        } catch {
+            throw HistoryReader.Failure("info is not a JSON object of strings")
+        }
+    }
+}
+
+/// Appends the primitives of ``HistoryCoding``.
+struct HistoryWriter {
+    var bytes: [UInt8] = []
+
+    mutating func byte(_ value: UInt8) { bytes.append(value) }
+
+    /// LEB128: seven bits a byte, low bits first.
+    mutating func varint(_ value: UInt64) {
+        var value = value
+        while value >= 0x80 {
+            bytes.append(UInt8(value & 0x7f) | 0x80)
+            value >>= 7
+        }
+        bytes.append(UInt8(value))
+    }
+
+    mutating func string(_ value: String) {
+        var value = value
+        value.withUTF8 { utf8 in
+            varint(UInt64(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    mutating func data(_ value: Data) {
+        varint(UInt64(value.count))
+        bytes.append(contentsOf: value)
+    }
+}
+
+/// Reads the primitives of ``HistoryCoding`` from untrusted bytes: every length is checked.
+struct HistoryReader {
+    /// Why bytes are not a valid encoding.
+    struct Failure: Error {
+        let reason: String
+        init(_ reason: String) { self.reason = reason }
+    }
+
+    private let bytes: UnsafeRawBufferPointer
+    private var offset = 0
+
+    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    var isAtEnd: Bool { offset == bytes.count }
+    var remaining: Int { bytes.count - offset }
+
+    mutating func byte() throws(Failure) -> UInt8 {
+        guard offset < bytes.count else { throw Failure("cut short") }
+        defer { offset += 1 }
+        return bytes[offset]
+    }
+
+    mutating func varint() throws(Failure) -> UInt64 {
+        var value: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let next = try byte()
+            guard shift < 64 else { throw Failure("a number is too long") }
+            value |= UInt64(next & 0x7f) << shift
+            if next & 0x80 == 0 { return value }
+            shift += 7
+        }
+    }
+
+    /// A count of things that each take at least one byte: never more than the bytes left, so
+    /// a damaged count cannot make a reader reserve memory it does not need.
+    mutating func count() throws(Failure) -> Int {
+        let value = try varint()
+        guard value <= UInt64(remaining) else { throw Failure("a count of \(value) exceeds the bytes left") }
+        return Int(value)
+    }
+
+    mutating func span() throws(Failure) -> UnsafeRawBufferPointer {
+        let length = try count()
+        defer { offset += length }
+        return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length])
+    }
+
+    mutating func string() throws(Failure) -> String {
+        String(decoding: try span(), as: UTF8.self)
+    }
+
+    mutating func data() throws(Failure) -> Data { Data(try span()) }
+}

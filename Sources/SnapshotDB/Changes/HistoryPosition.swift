@@ -1,0 +1,142 @@
+internal import Foundation
+
+/// A place in one database file's durable history, to save and resume from after a restart or
+/// in another process: "every commit after this one".
+///
+/// A position names the file's identity (drawn when the file was created), a commit number,
+/// and the random token that commit's history row holds. So a position is never taken for
+/// another history silently: from another file, or from a copy of this file that went back to
+/// an older commit (a backup or a replica restored over it) and went on with other commits,
+/// ``ReadTransaction/changes(after:)-(HistoryPosition)`` throws
+/// ``DatabaseError/Code/historyMismatch``. A restored copy that still holds the position's
+/// commit (the same row, the same token) continues from it correctly.
+///
+/// Its ``description`` is a stable text form (`snapshotdb1:<identity>:<commit>:<token>`, hex
+/// numbers) that ``init(_:)`` reads back; it is also `Codable`.
+///
+/// ```swift
+/// let saved = try reader.read { try $0.position() }
+/// // … after a restart:
+/// let missed = try reader.read { try $0.changes(after: saved) }
+/// ```
+public struct HistoryPosition: Sendable, Hashable, Codable, LosslessStringConvertible {
+    /// The identity of the database file the position belongs to (``Database/identity``).
+    public let databaseIdentity: UInt64
+    /// The commit: the changes after it are the ones not yet seen.
+    public let commit: UInt64
+    /// The random token of the commit's history row.
+    public let token: UInt64
+
+    init(databaseIdentity: UInt64, commit: UInt64, token: UInt64) {
+        self.databaseIdentity = databaseIdentity
+        self.commit = commit
+        self.token = token
+    }
+
+    /// The text form, `snapshotdb1:<identity>:<commit>:<token>`.
+    public var description: String {
+        "snapshotdb1:\(String(databaseIdentity, radix: 16)):\(commit):\(String(token, radix: 16))"
+    }
+
+    /// Reads the text form of ``description``; `nil` for anything else.
+    public init?(_ description: String) {
+        let parts = description.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts[0] == "snapshotdb1",
+            let identity = UInt64(parts[1], radix: 16), let commit = UInt64(parts[2]),
+            let token = UInt64(parts[3], radix: 16)
+        else { return nil }
+        self.init(databaseIdentity: identity, commit: commit, token: token)
+    }
+}
+
+extension ReadTransaction {
+    /// The changesets of every commit after `commit` up to this transaction's ``commit``, read
+    /// from the durable history in this transaction's snapshot: the same changesets, with the
+    /// same keys, `info`, connection names and view records, whichever process made them and
+    /// whether or not this process was running then.
+    ///
+    /// Costs O(changesets returned): the history is keyed by commit number.
+    ///
+    /// - Throws: ``DatabaseError/Code/historyUnavailable`` when the history no longer reaches
+    ///   back to `commit` (purged, or before the file's upgrade to durable history), naming the
+    ///   range; ``DatabaseError/Code/historyMismatch`` when `commit` is after the newest commit
+    ///   of the file (the position is not of this file's history); `corrupt` naming the commit
+    ///   whose history row a foreign client damaged; `transactionEnded` after the closure
+    ///   returned.
+    public func changes(after commit: UInt64) throws(DatabaseError) -> [Changeset] {
+        try checkActive()
+        let handle = try core.handle()
+        try checkReachable(commit, handle: handle)
+        return try History.changesets(
+            after: commit, through: self.commit, on: handle, path: core.database.path)
+    }
+
+    /// The changesets of every commit after `position`, as ``changes(after:)-(UInt64)``, once
+    /// the position is proven to belong to this file's history.
+    ///
+    /// - Throws: ``DatabaseError/Code/historyMismatch`` for a position of another file, or of a
+    ///   commit this file's history does not hold (an older copy was put back and went on);
+    ///   otherwise what ``changes(after:)-(UInt64)`` throws.
+    public func changes(after position: HistoryPosition) throws(DatabaseError) -> [Changeset] {
+        try checkActive()
+        let handle = try core.handle()
+        try check(position, handle: handle)
+        return try History.changesets(
+            after: position.commit, through: commit, on: handle, path: core.database.path)
+    }
+
+    /// This transaction's ``commit`` as a position to save (see ``HistoryPosition``).
+    public func position() throws(DatabaseError) -> HistoryPosition {
+        try checkActive()
+        let handle = try core.handle()
+        guard let token = try History.token(of: commit, on: handle) else {
+            throw Schema.damagedMetadata(path: core.database.path)
+        }
+        return HistoryPosition(databaseIdentity: core.database.identity, commit: commit, token: token)
+    }
+
+    /// Throws unless the history of this snapshot holds every commit after `commit`.
+    func checkReachable(_ commit: UInt64, handle: SQLiteHandle) throws(DatabaseError) {
+        let path = core.database.path
+        if commit > self.commit {
+            // A newer snapshot may hold it (this one is a bookmark); the file does not.
+            guard commit <= core.database.latestCommit else {
+                throw DatabaseError(
+                    .historyMismatch,
+                    "commit \(commit) is after the newest commit of \(path) (\(core.database.latestCommit)): "
+                        + "it belongs to another history (another file, or a copy that went further)")
+            }
+            throw DatabaseError(
+                .historyUnavailable,
+                "commit \(commit) is after this transaction's commit \(self.commit); read it in a newer snapshot "
+                    + "(advance the bookmark)")
+        }
+        let floor = try History.floor(on: handle)
+        guard commit >= floor else {
+            throw DatabaseError(
+                .historyUnavailable,
+                "the history of \(path) holds the commits after \(floor) only: the changes of commits "
+                    + "\(commit + 1)...\(floor) were purged or predate the history")
+        }
+    }
+
+    /// Throws unless `position` belongs to this file's history, as this snapshot holds it.
+    func check(_ position: HistoryPosition, handle: SQLiteHandle) throws(DatabaseError) {
+        let path = core.database.path
+        let identity = core.database.identity
+        guard position.databaseIdentity == identity else {
+            throw DatabaseError(
+                .historyMismatch,
+                "the position \(position) belongs to another database file (identity "
+                    + "\(String(position.databaseIdentity, radix: 16)); \(path) has \(String(identity, radix: 16)))"
+            )
+        }
+        try checkReachable(position.commit, handle: handle)
+        guard let token = try History.token(of: position.commit, on: handle), token == position.token else {
+            throw DatabaseError(
+                .historyMismatch,
+                "commit \(position.commit) of \(path) is not the commit the position \(position) was taken at: "
+                    + "an older copy of the file was put back (or restored) and went on with other commits")
+        }
+    }
+}
