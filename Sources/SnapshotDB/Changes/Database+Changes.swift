@@ -13,8 +13,9 @@ extension Database {
     ///
     /// Subscribe before taking the bookmark you advance in the loop, so that no commit falls
     /// between the two; when the loop ends because the stream finished, subscribe again and
-    /// advance. Commits of other processes are published when a connection of this process next
-    /// begins a transaction.
+    /// advance. Commits of other processes are published as they happen, with their exact
+    /// changesets: the first subscription starts a watcher of the `-wal` (inotify on Linux; it
+    /// costs nothing while the database is idle, see ``ForeignCommitWatcher``).
     ///
     /// ```swift
     /// let commits = db.changes()
@@ -28,6 +29,7 @@ extension Database {
         let (stream, continuation) = AsyncStream<Changeset>.makeStream(
             bufferingPolicy: .bufferingOldest(max(1, configuration.changesBufferLimit)))
         let id = state.withLock { $0.subscribers.add(.stream(continuation)) }
+        foreignCommitWatcher.start(for: self)
         let database = WeakDatabase(self)
         continuation.onTermination = { _ in
             database.database?.removeSubscriber(id)
@@ -43,6 +45,7 @@ extension Database {
         on queue: DispatchQueue = .main, _ body: @escaping @Sendable (Changeset) -> Void
     ) -> ChangeObserver {
         let id = state.withLock { $0.subscribers.add(.observer(queue, body)) }
+        foreignCommitWatcher.start(for: self)
         return ChangeObserver(database: WeakDatabase(self), id: id)
     }
 

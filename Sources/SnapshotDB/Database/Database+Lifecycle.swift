@@ -46,6 +46,7 @@ extension Database {
         guard
             closed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         else { return }
+        foreignCommitWatcher.stop()
         // New calls are refused from here on; each queue's running call finishes first.
         for connection in connections { connection.closeForDatabase() }
         // With no reader of this process left, the WAL can be copied back and truncated; a

@@ -55,6 +55,8 @@ public final class Database: Sendable {
     let closed = Atomic<Bool>(false)
     /// What extension writers keep from one write transaction to the next.
     let extensionCaches = ExtensionCaches()
+    /// Publishes commits of other processes as they happen, once anything subscribed.
+    let foreignCommitWatcher: ForeignCommitWatcher
 
     /// Opens or creates the database at `path` with the default configuration.
     ///
@@ -144,6 +146,7 @@ public final class Database: Sendable {
             self.path = resolved
             self.configuration = configuration
             self.identity = UInt64(bitPattern: identity ?? 0)
+            self.foreignCommitWatcher = ForeignCommitWatcher(path: resolved)
             self.state = Mutex(DatabaseState(latestCommit: latest))
             self.publishedCommit.store(latest, ordering: .releasing)
             self.checkpointer = Checkpointer(
@@ -158,6 +161,7 @@ public final class Database: Sendable {
     }
 
     deinit {
+        foreignCommitWatcher.stop()
         guard !isClosed else { return }
         finishSubscribers()
         checkpointer.close()

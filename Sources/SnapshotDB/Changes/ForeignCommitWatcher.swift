@@ -1,0 +1,236 @@
+internal import Dispatch
+internal import Foundation
+internal import Synchronization
+
+#if canImport(Glibc)
+    internal import Glibc
+#elseif canImport(Darwin)
+    internal import Darwin
+#endif
+
+/// Publishes commits of other processes as they happen, so that `changes()` subscribers hear of
+/// them without this process beginning a transaction.
+///
+/// How it learns of a commit: a commit appends frames to the `-wal`, so on Linux the watcher
+/// sleeps in `poll(2)` on an inotify watch of the `-wal` (`IN_MODIFY`) and costs nothing while
+/// the database is idle. Woken, it compares the WAL-index header (a read of shared memory, no
+/// SQL) with the last one it saw; when it changed and no transaction of this process made it,
+/// it begins a read transaction on a handle of its own, which publishes the new commits with
+/// their changesets read from the history in that snapshot (``Database/observe(commit:reading:)``),
+/// and ends it at once (it pins nothing).
+///
+/// A writer appends its frames *before* it updates the WAL-index header, so the last event of
+/// a commit can arrive before its header: after an event that found no change the watcher
+/// looks again after 2, 8, 32 and 128 ms, and then sleeps until the next event.
+///
+/// Where inotify is not available (another OS, a file system that does not report changes, no
+/// `-wal` yet), it polls the header every ``pollInterval``: cheap, but not zero. On Darwin,
+/// `notify_post(3)` from the writing process would replace the poll; it is not built here.
+///
+/// Started by the first subscription (``Database/changes()``, ``Database/addObserver(on:_:)``)
+/// and stopped by ``Database/close()`` or the database's release. Foreign writes by clients
+/// that are not SnapshotDB (the `sqlite3` shell) are sealed off this thread
+/// (``Writer/requestSeal(_:attempt:)``), which then publishes them.
+final class ForeignCommitWatcher: Sendable {
+    /// How often the header is polled when inotify cannot watch the `-wal`.
+    static let pollInterval: Int32 = 50
+    /// The re-checks after an event that found the header unchanged, in milliseconds.
+    static let settleDelays: [Int32] = [2, 8, 32, 128]
+
+    private struct State {
+        var started = false
+        var stopped = false
+        /// The write end of the pipe that wakes the thread to stop.
+        var wake: Int32 = -1
+        /// The watcher thread, while it runs.
+        var thread: pthread_t?
+    }
+
+    /// Signalled when the thread ended (closed its handle and descriptors).
+    private let finished = DispatchSemaphore(value: 0)
+
+    private let state = Mutex(State())
+    private let path: String
+    /// How many times the watcher looked at the header (for tests: an idle database makes it
+    /// look no more).
+    let checks = Atomic<Int>(0)
+
+    init(path: String) {
+        self.path = path
+    }
+
+    /// Starts the watcher thread for `database` unless it runs (or was stopped).
+    func start(for database: Database) {
+        var fds: [Int32] = [-1, -1]
+        let shouldStart = state.withLock { state -> Bool in
+            guard !state.started, !state.stopped else { return false }
+            guard pipe(&fds) == 0 else { return false }
+            state.started = true
+            state.wake = fds[1]
+            return true
+        }
+        guard shouldStart else { return }
+        _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
+        let stopFD = fds[0]
+        let weakDatabase = WeakDatabase(database)
+        let thread = Thread { [self] in run(stopFD: stopFD, database: weakDatabase) }
+        thread.name = "snapshotdb.watch"
+        thread.start()
+    }
+
+    /// Stops the thread and waits until it closed its SQLite handle (so that closing the
+    /// database leaves no handle of this process on the file); later starts do nothing.
+    func stop() {
+        let (wake, thread) = state.withLock { state -> (Int32, pthread_t?) in
+            state.stopped = true
+            defer { state.wake = -1 }
+            return (state.wake, state.thread)
+        }
+        guard wake >= 0 else { return }
+        var byte: UInt8 = 1
+        _ = write(wake, &byte, 1)
+        close(wake)
+        // The database may be released by the watcher thread itself (its check held the last
+        // reference): it must not wait for itself.
+        if let thread, pthread_equal(thread, pthread_self()) != 0 { return }
+        finished.wait()
+    }
+
+    private func run(stopFD: Int32, database: WeakDatabase) {
+        state.withLock { $0.thread = pthread_self() }
+        // `watch` owns the handle: it is closed when `watch` returns, before the signal.
+        watch(stopFD: stopFD, database: database)
+        close(stopFD)
+        finished.signal()
+    }
+
+    private func watch(stopFD: Int32, database: WeakDatabase) {
+        var watcher = Watch(walPath: path + "-wal")
+        defer { watcher.end() }
+        var handle: SQLiteHandle?
+        var lastHeader: WALIndexHeader?
+        var settle = 0
+        while true {
+            var descriptors = [pollfd(fd: stopFD, events: Int16(POLLIN), revents: 0)]
+            if watcher.descriptor >= 0 {
+                descriptors.append(pollfd(fd: watcher.descriptor, events: Int16(POLLIN), revents: 0))
+            }
+            let timeout: Int32 =
+                settle > 0 && settle <= Self.settleDelays.count
+                ? Self.settleDelays[settle - 1]
+                : (watcher.isWatching ? -1 : Self.pollInterval)
+            let ready = poll(&descriptors, nfds_t(descriptors.count), timeout)
+            if ready < 0 && errno == EINTR { continue }
+            if descriptors[0].revents != 0 { return }
+            let woken = descriptors.count > 1 && descriptors[1].revents != 0
+            if woken { watcher.drain() }
+            guard let database = database.database, !database.isClosed else { return }
+            if !watcher.isWatching { watcher.retry() }
+            checks.add(1, ordering: .relaxed)
+            let changed = Self.check(database, handle: &handle, lastHeader: &lastHeader)
+            if woken || changed {
+                settle = 1
+            } else if settle > 0 {
+                settle += 1
+                if settle > Self.settleDelays.count { settle = 0 }
+            }
+        }
+    }
+
+    /// Looks at the WAL-index header and publishes what changed; returns whether it changed.
+    private static func check(
+        _ database: Database, handle: inout SQLiteHandle?, lastHeader: inout WALIndexHeader?
+    )
+        -> Bool
+    {
+        do throws(DatabaseError) {
+            if handle == nil {
+                let opened = try SQLiteHandle(path: database.path)
+                opened.setBusyTimeout(milliseconds: database.configuration.busyTimeoutMilliseconds)
+                try opened.configureForSnapshotDB(
+                    synchronous: database.configuration.synchronous,
+                    journalSizeLimit: database.configuration.journalSizeLimit)
+                handle = opened
+            }
+            guard let handle else { return false }
+            let header = handle.walIndexHeader()
+            if let header, header == lastHeader { return false }
+            // Made or read by this process already: nothing to publish.
+            if let header, database.knownCommit(at: header) != nil {
+                lastHeader = header
+                return true
+            }
+            let published = database.publishedCommit.load(ordering: .acquiring)
+            try handle.statement(.begin).execute()
+            defer { try? handle.rollback() }
+            let fix = try handle.statement(.fixSnapshot)
+            _ = try fix.step()
+            fix.reset()
+            handle.lookUpWALIndex()
+            let snapshotHeader = handle.walIndexHeader()
+            let state = try database.commitState(of: handle, header: snapshotHeader, published: published)
+            database.observe(commit: state.commit, reading: handle)
+            if state.unsealed != 0 { database.writer.requestSeal(database) }
+            let changed = snapshotHeader != lastHeader
+            lastHeader = snapshotHeader
+            return changed
+        } catch {
+            // A busy or damaged file: the next transaction of this process reports it; the
+            // watcher drops its handle and tries again at the next event.
+            handle = nil
+            return false
+        }
+    }
+}
+
+/// An inotify watch of one file, where the platform has inotify.
+private struct Watch {
+    let walPath: String
+    private(set) var descriptor: Int32 = -1
+    private var watch: Int32 = -1
+
+    var isWatching: Bool { watch >= 0 }
+
+    init(walPath: String) {
+        self.walPath = walPath
+        #if os(Linux)
+            descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+            retry()
+        #endif
+    }
+
+    /// Adds the watch if it is not there (the `-wal` did not exist, or was replaced).
+    mutating func retry() {
+        #if os(Linux)
+            guard descriptor >= 0, watch < 0 else { return }
+            watch = inotify_add_watch(
+                descriptor, walPath, UInt32(IN_MODIFY | IN_DELETE_SELF | IN_MOVE_SELF | IN_ATTRIB))
+        #endif
+    }
+
+    /// Reads every pending event; a watch that ended (the file was deleted or moved) is added
+    /// again at the next look.
+    mutating func drain() {
+        #if os(Linux)
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+                guard count > 0 else { break }
+                var offset = 0
+                while offset + MemoryLayout<inotify_event>.size <= count {
+                    let event = buffer.withUnsafeBytes {
+                        $0.loadUnaligned(fromByteOffset: offset, as: inotify_event.self)
+                    }
+                    if event.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 { watch = -1 }
+                    offset += MemoryLayout<inotify_event>.size + Int(event.len)
+                }
+            }
+            if watch < 0 { retry() }
+        #endif
+    }
+
+    func end() {
+        if descriptor >= 0 { close(descriptor) }
+    }
+}

@@ -1,0 +1,347 @@
+import Foundation
+import SnapshotDBTestSupport
+import Synchronization
+import Testing
+
+@testable import SnapshotDB
+
+/// The durable history: exact changesets across processes and restarts, positions, and the
+/// wake-up of `changes()` by another process's commit.
+@Suite("Durable history")
+struct HistoryTests {
+    static let childKey = "SNAPSHOTDB_HISTORY_CHILD"
+
+    /// One write of a planned commit.
+    enum Write: Equatable {
+        case set(String, Note)
+        case remove(String)
+    }
+
+    /// The commits a child process makes for `seed`: 1 to 3 writes each over keys n0...n11,
+    /// so that views see inserts, moves, updates and deletes.
+    static func plan(seed: UInt64, commits: Int) -> [[Write]] {
+        var random = SeededGenerator(state: seed)
+        let folders = ["inbox", "work", "home"]
+        return (0..<commits).map { _ in
+            (0..<Int.random(in: 1...3, using: &random)).map { _ in
+                let key = "n\(Int.random(in: 0..<12, using: &random))"
+                if Int.random(in: 0..<5, using: &random) == 0 { return .remove(key) }
+                let note = Note(
+                    title: String(UnicodeScalar(UInt8(97 + Int.random(in: 0..<26, using: &random)))),
+                    folder: folders.randomElement(using: &random)!,
+                    archived: Int.random(in: 0..<6, using: &random) == 0)
+                return .set(key, note)
+            }
+        }
+    }
+
+    /// The commits a plan makes, starting from every key n0...n11 present: the step of each
+    /// and the keys its changeset must set and remove (the last write of a key wins; removing
+    /// an absent key changes nothing, and a step that changes nothing makes no commit).
+    static func expectedCommits(_ plan: [[Write]]) -> [(step: Int, set: Set<String>, removed: Set<String>)] {
+        var present = Set((0..<12).map { "n\($0)" })
+        var commits: [(step: Int, set: Set<String>, removed: Set<String>)] = []
+        for (step, writes) in plan.enumerated() {
+            var set: Set<String> = []
+            var removed: Set<String> = []
+            var changed = false
+            for write in writes {
+                switch write {
+                case .set(let key, _):
+                    set.insert(key)
+                    removed.remove(key)
+                    present.insert(key)
+                    changed = true
+                case .remove(let key):
+                    guard present.remove(key) != nil else { continue }
+                    removed.insert(key)
+                    set.remove(key)
+                    changed = true
+                }
+            }
+            if changed { commits.append((step, set, removed)) }
+        }
+        return commits
+    }
+
+    /// Runs the child test ``childWritesPlannedCommits()`` in another process; returns its pid.
+    static func runWriterProcess(path: String, seed: UInt64, commits: Int) throws -> Int32 {
+        let child = try runChildTest(
+            "childWritesPlannedCommits", environmentKey: childKey, path: "\(path)|\(seed)|\(commits)")
+        guard child.terminationStatus == 0, let pid = child.results["pid"].flatMap(Int32.init) else {
+            throw ChildFailed(output: child.output)
+        }
+        return pid
+    }
+
+    struct ChildFailed: Error {
+        let output: String
+    }
+
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[childKey] != nil))
+    func childWritesPlannedCommits() throws {
+        let parts = try #require(ProcessInfo.processInfo.environment[Self.childKey]).split(separator: "|")
+        let (path, seed, commits) = (String(parts[0]), UInt64(parts[1])!, Int(parts[2])!)
+        let db = try Database(path: path)
+        try db.register(ViewTests.byTitle)
+        let writer = db.newConnection(name: "child-writer")
+        for (step, writes) in Self.plan(seed: seed, commits: commits).enumerated() {
+            try writer.readWrite { txn in
+                for write in writes {
+                    switch write {
+                    case .set(let key, let note): try txn.set(note, forKey: key, inCollection: "notes")
+                    case .remove(let key): try txn.removeValue(forKey: key, inCollection: "notes")
+                    }
+                }
+                txn.info = ["step": "\(step)"]
+            }
+        }
+        reportResult("pid", "\(getpid())")
+    }
+
+    /// Waits for `count` changesets from `stream`, or fails after a minute rather than hang.
+    static func collect(_ count: Int, from stream: AsyncStream<Changeset>) async -> [Changeset] {
+        await withTaskGroup(of: [Changeset]?.self) { group in
+            group.addTask {
+                var received: [Changeset] = []
+                for await changeset in stream {
+                    received.append(changeset)
+                    if received.count == count { break }
+                }
+                return received
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(60))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first ?? []
+        }
+    }
+
+    /// Timeline: the parent bookmarks `ui` and subscribes | a child process commits 40 planned
+    /// commits | the parent's `changes()` yields all 40 without the parent beginning any
+    /// transaction (the watcher) | the bookmark advances by exactly those changesets, and the
+    /// view's row changes replayed onto the old rows give the new rows.
+    @Test(arguments: [11, 12] as [UInt64])
+    func commitsOfAnotherProcessArriveExactlyAndWakeTheReader(seed: UInt64) async throws {
+        try await withTemporaryDatabase { db in
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            try await writer.readWrite { txn in
+                for index in 0..<12 {
+                    try txn.set(
+                        Note(title: "t\(index)", folder: index % 2 == 0 ? "inbox" : "work", archived: false),
+                        forKey: "n\(index)", inCollection: "notes")
+                }
+                try txn.set(Item(title: "untouched"), forKey: "stay", inCollection: "other")
+            }
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            let oldRows = try await ui.read { txn in ViewTests.rows(try txn.view(named: "byTitle")) }
+            try await ui.read { txn in
+                _ = try txn.value(forKey: "stay", inCollection: "other", as: Item.self)
+                _ = try txn.value(forKey: "n0", inCollection: "notes", as: Note.self)
+            }
+            let start = db.latestCommit
+            let plan = Self.plan(seed: seed, commits: 40)
+            let expected = Self.expectedCommits(plan)
+            let stream = db.changes()
+
+            let path = db.path
+            let child = Task.detached {
+                try Self.runWriterProcess(path: path, seed: seed, commits: plan.count)
+            }
+            let received = await Self.collect(expected.count, from: stream)
+            let pid = try await child.value
+
+            #expect(received.map(\.commit) == Array(start + 1...start + UInt64(expected.count)))
+            for (changeset, commit) in zip(received, expected) {
+                #expect(!changeset.isExternal)
+                #expect(changeset.connectionName == "child-writer")
+                #expect(changeset.processID == pid)
+                #expect(changeset.info == ["step": "\(commit.step)"])
+                #expect(Set(changeset.setKeys["notes"] ?? []) == commit.set)
+                #expect(Set(changeset.removedKeys["notes"] ?? []) == commit.removed)
+                #expect(!changeset.hasChange(forKey: "stay", inCollection: "other"))
+            }
+
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(changes == received, "the advance returns the changesets the stream yielded")
+            try await ui.read { txn in
+                // Only the changed keys left the cache.
+                #expect(txn.core.cache.entry(for: CacheKey(collection: "other", key: "stay")) != nil)
+                let touchedN0 = changes.hasChange(forKey: "n0", inCollection: "notes")
+                #expect(
+                    (txn.core.cache.entry(for: CacheKey(collection: "notes", key: "n0")) == nil) == touchedN0)
+                let view = try txn.view(named: "byTitle")
+                #expect(!view.requiresReload(for: changes))
+                let rowChanges = try view.changes(for: changes)
+                #expect(ViewTests.apply(rowChanges, to: oldRows) == ViewTests.rows(view))
+                #expect(ViewTests.rows(view) == (try ViewTests.expectedRows(txn)))
+            }
+        }
+    }
+
+    /// After a restart, `changes(after:)` lists every commit since a saved position, with the
+    /// keys, info and connection names of the commits, in the transaction's snapshot.
+    @Test func changesAfterACommitSurviveARestart() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("restart.sqlite").path
+            let saved: HistoryPosition
+            do {
+                let db = try Database(path: path)
+                let writer = db.newConnection(name: "sync")
+                try writer.readWrite { try $0.set(Item(title: "a"), forKey: "a", inCollection: "c") }
+                saved = try writer.read { try $0.position() }
+                #expect(saved.commit == 1)
+                #expect(HistoryPosition(saved.description) == saved)
+                try writer.readWrite { txn in
+                    try txn.set(Item(title: "b"), forKey: "b", inCollection: "c")
+                    try txn.removeValue(forKey: "a", inCollection: "c")
+                    txn.info = ["source": "server"]
+                }
+                try writer.readWrite { try $0.removeAll(inCollection: "c") }
+                try db.close()
+            }
+            let db = try Database(path: path)
+            let reader = db.newConnection(name: "reader")
+            let changes = try reader.read { try $0.changes(after: saved) }
+            #expect(changes.map(\.commit) == [2, 3])
+            #expect(changes[0].setKeys == ["c": ["b"]])
+            #expect(changes[0].removedKeys == ["c": ["a"]])
+            #expect(changes[0].info == ["source": "server"])
+            #expect(changes[0].connectionName == "sync")
+            #expect(changes[0].processID == getpid())
+            #expect(changes[1].clearedCollections == ["c"])
+            #expect(try reader.read { try $0.changes(after: 3) } == [])
+            #expect(try reader.read { try $0.changes(after: 0) }.map(\.commit) == [1, 2, 3])
+            // The bookmark reads the history of its own snapshot.
+            try reader.beginLongLivedReadTransaction()
+            try db.newConnection().readWrite { try $0.set(Item(title: "d"), forKey: "d", inCollection: "c") }
+            #expect(try reader.read { try $0.changes(after: 1) }.map(\.commit) == [2, 3])
+            let unavailable = expectError(.historyUnavailable) {
+                try reader.read { try $0.changes(after: 4) }
+            }
+            #expect(unavailable?.message.contains("advance the bookmark") == true)
+            try reader.endLongLivedReadTransaction()
+            expectError(.historyMismatch) { try reader.read { try $0.changes(after: 99) } }
+        }
+    }
+
+    /// A position of another file, or of a copy of this file that went back and on with other
+    /// commits, is refused with `historyMismatch`, never answered.
+    @Test func aPositionOfAnotherHistoryIsRefused() throws {
+        try withTemporaryDirectory { directory throws in
+            let first = try Database(path: directory.appendingPathComponent("first.sqlite").path)
+            let second = try Database(path: directory.appendingPathComponent("second.sqlite").path)
+            #expect(first.identity != second.identity)
+            let writer = first.newConnection()
+            try writer.readWrite { try $0.set(1, forKey: "k", inCollection: "c") }
+            let position = try writer.read { try $0.position() }
+            try second.newConnection().readWrite { try $0.set(1, forKey: "k", inCollection: "c") }
+            let error = expectError(.historyMismatch) {
+                try second.newConnection().read { try $0.changes(after: position) }
+            }
+            #expect(error?.message.contains("another database file") == true)
+
+            // A backup of `first` at commit 1, put back after commits 2 and 3 were saved.
+            let backup = directory.appendingPathComponent("backup.sqlite").path
+            try run("/usr/bin/sqlite3", [first.path, ".backup '\(backup)'"])
+            try writer.readWrite { try $0.set(2, forKey: "k", inCollection: "c") }
+            try writer.readWrite { try $0.set(3, forKey: "k", inCollection: "c") }
+            let atThree = try writer.read { try $0.position() }
+            #expect(atThree.commit == 3)
+            try run("/usr/bin/sqlite3", [first.path, ".restore '\(backup)'"])
+            // Sealing numbers the restore after every commit this process published (4); a
+            // position at 3 names a row this history does not hold.
+            let restored = try writer.read { txn in
+                (txn.commit, try txn.value(forKey: "k", inCollection: "c", as: Int.self))
+            }
+            #expect(restored.1 == 1)
+            let mismatch = expectError(.historyMismatch) {
+                try writer.read { try $0.changes(after: atThree) }
+            }
+            #expect(mismatch?.message.contains("older copy") == true)
+            // The position at commit 1 is still this history's: the restore is an external commit.
+            let fromOne = try writer.read { try $0.changes(after: position) }
+            #expect(fromOne.last?.isExternal == true)
+            #expect(fromOne.last?.commit == restored.0)
+        }
+    }
+
+    /// A database of schema 2 is upgraded in place: its counter starts the history, and asking
+    /// for the changes before it is `historyUnavailable` naming the commit.
+    @Test func aSchemaTwoFileIsUpgradedAndHasNoHistoryBeforeIt() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("v2.sqlite").path
+            try run("/usr/bin/sqlite3", [path, OlderSchemas.version2 + " PRAGMA journal_mode = WAL;"])
+            try run(
+                "/usr/bin/sqlite3",
+                [
+                    path,
+                    #"INSERT INTO snapshotdb_values(collection, key, data) VALUES ('c', 'k', '{"title":"old","count":0}'); "#
+                        + "UPDATE snapshotdb_meta SET value = 7 WHERE name = 'commit'; "
+                        + "UPDATE snapshotdb_meta SET value = (SELECT value FROM snapshotdb_meta WHERE name = 'external') "
+                        + "WHERE name = 'external_sealed';",
+                ])
+            let db = try Database(path: path)
+            #expect(try run("/usr/bin/sqlite3", [path, "PRAGMA user_version"]) == "3\n")
+            #expect(db.latestCommit == 7)
+            let writer = db.newConnection(name: "writer")
+            #expect(
+                try writer.read { try $0.value(forKey: "k", inCollection: "c", as: Item.self) }
+                    == Item(title: "old"))
+            try writer.readWrite { try $0.set(Item(title: "new"), forKey: "k", inCollection: "c") }
+            #expect(try writer.read { try $0.changes(after: 7) }.map(\.commit) == [8])
+            let error = expectError(.historyUnavailable) { try writer.read { try $0.changes(after: 3) } }
+            #expect(error?.message.contains("after 7") == true, "\(String(describing: error))")
+            #expect(try isIntact(path))
+        }
+    }
+
+    /// A history row damaged by a foreign client is `corrupt` when read, names its commit, and
+    /// breaks nothing else: values, other rows, bookmarks and commits go on.
+    @Test func aDamagedHistoryRowIsCorruptWhenReadAndNothingElseBreaks() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try writer.readWrite { try $0.set(1, forKey: "a", inCollection: "c") }
+            try ui.beginLongLivedReadTransaction()
+            try writer.readWrite { try $0.set(2, forKey: "b", inCollection: "c") }
+            try writer.readWrite { try $0.set(3, forKey: "c", inCollection: "c") }
+            _ = try sqlite3(db.path, "UPDATE snapshotdb_history SET changes = x'01ff' WHERE number = 2;")
+            let reader = db.newConnection(name: "reader")
+            let error = expectError(.corrupt) { try reader.read { try $0.changes(after: 1) } }
+            #expect(error?.message.contains("commit 2") == true, "\(String(describing: error))")
+            #expect(try reader.read { try $0.changes(after: 2) }.map(\.commit) == [3])
+            #expect(try reader.read { try $0.value(forKey: "b", inCollection: "c", as: Int.self) } == 2)
+            // This process published commits 2 and 3 itself: the advance is exact.
+            #expect(try ui.beginLongLivedReadTransaction().map(\.commit) == [2, 3])
+            try writer.readWrite { try $0.set(4, forKey: "d", inCollection: "c") }
+            #expect(db.latestCommit == 4)
+        }
+    }
+
+    /// An idle database costs the watcher nothing: once it settled, it does not look again
+    /// until something writes to the `-wal`.
+    @Test func theWatcherSleepsWhileTheDatabaseIsIdle() async throws {
+        try await withTemporaryDatabase { db in
+            let stream = db.changes()
+            try await db.newConnection().readWrite { try $0.set(1, forKey: "k", inCollection: "c") }
+            var iterator = stream.makeAsyncIterator()
+            #expect(await iterator.next()?.commit == 1)
+            // The settle delays add up to 170 ms; wait until the count stops moving.
+            var last = db.foreignCommitWatcher.checks.load(ordering: .relaxed)
+            while true {
+                try await Task.sleep(for: .milliseconds(400))
+                let now = db.foreignCommitWatcher.checks.load(ordering: .relaxed)
+                if now == last { break }
+                last = now
+            }
+            try await Task.sleep(for: .seconds(1))
+            #expect(db.foreignCommitWatcher.checks.load(ordering: .relaxed) == last)
+        }
+    }
+}
