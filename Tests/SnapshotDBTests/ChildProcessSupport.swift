@@ -70,3 +70,13 @@ func withFileSizeLimit<T>(above path: String, _ body: () throws -> T) rethrows -
 #else
     let fileSizeResource = RLIMIT_FSIZE
 #endif
+
+/// Starts this test binary again as a child process that runs only the test named `testName`,
+/// with `environmentKey` set to `value`, and returns it to be driven line by line (see
+/// ``ChildProcess``): for children that the test stops at a chosen point, or kills.
+func startChildTest(_ testName: String, environmentKey: String, value: String) throws -> ChildProcess {
+    let testBinary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+    return try ChildProcess(
+        testBinary, ["--testing-library", "swift-testing", "--filter", testName],
+        environment: [environmentKey: value])
+}

@@ -45,6 +45,10 @@ public struct Configuration: Sendable {
     /// that falls further behind has its stream finished (it never silently misses a commit).
     public var changesBufferLimit: Int = 10_000
 
+    /// How much durable history the file keeps (``HistoryRetention``): by default the newest
+    /// 10,000 commits, 7 days and 16 MiB of it, whichever is least.
+    public var historyRetention = HistoryRetention()
+
     /// How many recent changesets the commit log keeps beyond those that bookmarks pin, so that
     /// idle connections can invalidate their caches precisely instead of dropping them. (The
     /// log is trimmed in batches, so it may briefly hold up to a quarter more.)

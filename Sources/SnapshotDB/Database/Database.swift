@@ -57,6 +57,8 @@ public final class Database: Sendable {
     let extensionCaches = ExtensionCaches()
     /// Publishes commits of other processes as they happen, once anything subscribed.
     let foreignCommitWatcher: ForeignCommitWatcher
+    /// Purges history past ``Configuration/historyRetention``, off the commit path.
+    let historyPurger = HistoryPurger()
 
     /// Opens or creates the database at `path` with the default configuration.
     ///

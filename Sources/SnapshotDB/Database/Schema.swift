@@ -56,7 +56,6 @@ enum Schema {
         CREATE TABLE snapshotdb_consumers(
             name TEXT PRIMARY KEY NOT NULL,
             position INTEGER NOT NULL,
-            token INTEGER NOT NULL,
             expired INTEGER NOT NULL DEFAULT 0,
             updated REAL NOT NULL
         );

@@ -73,6 +73,17 @@ final class Writer: Sendable {
         guard !transaction.isRollbackRequested,
             !transaction.changes.isEmpty || transaction.extensionWriters.hasChanges
         else {
+            if !transaction.isRollbackRequested && transaction.wroteBookkeeping {
+                // Only bookkeeping (a consumer's acknowledgement): committed, but it changes no
+                // value, so it is not a commit of the database and gets no number.
+                do throws(DatabaseError) {
+                    try handle.statement(.commit).execute()
+                } catch {
+                    connection.rollback(handle)
+                    throw error
+                }
+                return result
+            }
             try connection.rollbackOrThrow(handle)
             return result
         }
@@ -308,6 +319,7 @@ final class Writer: Sendable {
         connection?.record.update { $0.lastSnapshot = commit }
         database.observe(commit: commit)
         database.checkpointer.didCommit(commit, frames: handle.takeCommitFrames())
+        database.historyPurger.didCommit(commit, database: database)
     }
 }
 

@@ -24,6 +24,9 @@ public final class ReadWriteTransaction: ReadTransaction {
         /// The error of a `ROLLBACK TO` that failed: what the savepoint did may still be in
         /// the transaction, so the transaction must not commit.
         var failure: DatabaseError?
+        /// Whether the transaction wrote bookkeeping that is not a value (a consumer's
+        /// acknowledgement): committed even when no value changed, with no commit number.
+        var wroteBookkeeping = false
     }
 
     private let shared: SharedState
@@ -51,6 +54,13 @@ public final class ReadWriteTransaction: ReadTransaction {
 
     /// The writers of the registered extensions for this transaction.
     var extensionWriters: ExtensionWriters { shared.extensions }
+
+    /// Whether the transaction wrote bookkeeping that must be committed even without a value
+    /// change (see ``Consumer/acknowledge(through:in:)``).
+    var wroteBookkeeping: Bool {
+        get { shared.wroteBookkeeping }
+        set { shared.wroteBookkeeping = newValue }
+    }
 
     /// Free-form information published with this transaction's ``Changeset`` (for example who
     /// or what made the change).

@@ -1,0 +1,224 @@
+internal import Foundation
+
+/// A named, durable position in the history, shared by every process that opens the file: a
+/// search indexer, a sync uploader, anything that must see every commit exactly once, across
+/// crashes and restarts.
+///
+/// A consumer reads the changesets after its position, does its work, and acknowledges them
+/// **inside the read-write transaction that writes its results**, so its position moves in the
+/// same SQLite commit as its own writes: a crash before that commit leaves both undone (the
+/// changesets are read again), a crash after it leaves both done. Nothing is missed and
+/// nothing is applied twice.
+///
+/// ```swift
+/// let indexer = try db.consumer(named: "search-indexer")
+/// for try await batch in indexer.batches(on: db.newConnection(name: "indexer")) {
+///     try writer.readWrite { txn in
+///         for changeset in batch.changesets { try index(changeset, in: txn) }
+///         try indexer.acknowledge(through: batch.commit, in: txn)
+///     }
+/// }
+/// ```
+///
+/// A consumer that falls past ``Configuration/historyRetention`` is expired when the history it
+/// needs is purged: every read then throws ``DatabaseError/Code/consumerExpired`` until
+/// ``reset(in:)`` starts it again at the transaction's commit (after a full rescan, say).
+public final class Consumer: Sendable {
+    /// The consumer's name, unique in the file.
+    public let name: String
+    private let database: Database
+
+    init(name: String, database: Database) {
+        self.name = name
+        self.database = database
+    }
+
+    /// The commit the consumer acknowledged last, as `transaction` reads it.
+    ///
+    /// - Throws: ``DatabaseError/Code/consumerExpired`` when the consumer was expired;
+    ///   `corrupt` when its row is gone (a foreign client deleted it).
+    public func position(in transaction: ReadTransaction) throws(DatabaseError) -> UInt64 {
+        try transaction.checkActive()
+        let row = try Self.row(name, handle: try transaction.core.handle(), path: database.path)
+        if row.expired { throw expiredError() }
+        return row.position
+    }
+
+    /// The changesets after the consumer's position up to `transaction`'s commit, at most
+    /// `limit` of them, oldest first.
+    ///
+    /// - Throws: ``DatabaseError/Code/consumerExpired``; what
+    ///   ``ReadTransaction/changes(after:)-(UInt64)`` throws.
+    public func pending(in transaction: ReadTransaction, limit: Int = .max) throws(DatabaseError)
+        -> [Changeset]
+    {
+        let changes = try transaction.changes(after: try position(in: transaction))
+        return Array(changes.prefix(max(0, limit)))
+    }
+
+    /// Moves the consumer's position to `commit`, as part of `transaction`: committed with the
+    /// transaction's own writes, or not at all. A transaction that changes no value and only
+    /// acknowledges still commits (without a commit number).
+    ///
+    /// - Throws: ``DatabaseError/Code/consumerExpired``; ``DatabaseError/Code/misuse`` when
+    ///   `commit` is after the transaction's commit (it cannot have been seen) or before the
+    ///   consumer's position (positions only move forward).
+    public func acknowledge(through commit: UInt64, in transaction: ReadWriteTransaction)
+        throws(DatabaseError)
+    {
+        try transaction.checkActive()
+        let handle = try transaction.core.handle()
+        let row = try Self.row(name, handle: handle, path: database.path)
+        if row.expired { throw expiredError() }
+        guard commit <= transaction.commit else {
+            throw DatabaseError(
+                .misuse,
+                "consumer '\(name)' cannot acknowledge commit \(commit) in a transaction that starts at commit "
+                    + "\(transaction.commit): it has not been read")
+        }
+        guard commit >= row.position else {
+            throw DatabaseError(
+                .misuse,
+                "consumer '\(name)' is at commit \(row.position); acknowledging \(commit) would move it back")
+        }
+        try Self.move(name, to: commit, expired: false, handle: handle)
+        transaction.wroteBookkeeping = true
+    }
+
+    /// Starts the consumer again at `transaction`'s commit, expired or not: what it had not
+    /// acknowledged is given up (use it after a full rescan of the values it derives from).
+    public func reset(in transaction: ReadWriteTransaction) throws(DatabaseError) {
+        try transaction.checkActive()
+        try Self.move(name, to: transaction.commit, expired: false, handle: try transaction.core.handle())
+        transaction.wroteBookkeeping = true
+    }
+
+    /// The batches of changesets after the consumer's position, as commits arrive (from this
+    /// process or another), read on `connection`, each at most `limit` changesets.
+    ///
+    /// A batch is read when the loop asks for the next one, after the changesets of the last
+    /// batch it yielded: acknowledge each batch in the transaction that applies it. After a
+    /// crash, the batches not acknowledged are given again. The sequence ends with the error a
+    /// read throws (``DatabaseError/Code/consumerExpired``, `databaseClosed`) or when the task
+    /// is cancelled.
+    public func batches(on connection: Connection, limit: Int = 100) -> ConsumerBatches {
+        ConsumerBatches(consumer: self, database: database, connection: connection, limit: max(1, limit))
+    }
+
+    private func expiredError() -> DatabaseError {
+        DatabaseError(
+            .consumerExpired,
+            "consumer '\(name)' fell behind the history's retention bound and was expired: the changes it had "
+                + "not acknowledged were purged; rescan and call reset(in:) to go on")
+    }
+
+    // MARK: The table
+
+    struct Row {
+        var position: UInt64
+        var expired: Bool
+    }
+
+    static func row(_ name: String, handle: SQLiteHandle, path: String) throws(DatabaseError) -> Row {
+        let statement = try handle.cachedStatement(
+            "SELECT position, expired FROM snapshotdb_consumers WHERE name = ?1")
+        defer { statement.reset() }
+        try statement.bind(name, at: 1)
+        guard try statement.step() else {
+            throw DatabaseError(
+                .corrupt, "\(path): the row of consumer '\(name)' is gone (deleted by another client)")
+        }
+        return Row(position: UInt64(bitPattern: statement.int64(at: 0)), expired: statement.int64(at: 1) != 0)
+    }
+
+    static func move(_ name: String, to commit: UInt64, expired: Bool, handle: SQLiteHandle)
+        throws(DatabaseError)
+    {
+        let statement = try handle.cachedStatement(
+            """
+            INSERT INTO snapshotdb_consumers(name, position, expired, updated) VALUES (?1, ?2, ?3, ?4)
+            ON CONFLICT(name) DO UPDATE SET position = excluded.position, expired = excluded.expired,
+                updated = excluded.updated
+            """)
+        try statement.bind(name, at: 1)
+        try statement.bind(Int64(bitPattern: commit), at: 2)
+        try statement.bind(Int64(expired ? 1 : 0), at: 3)
+        try statement.bind(Date().timeIntervalSince1970, at: 4)
+        try statement.execute()
+    }
+}
+
+/// One batch of a consumer's changesets (``Consumer/batches(on:limit:)``).
+public struct ConsumerBatch: Sendable {
+    /// The changesets, oldest first.
+    public let changesets: [Changeset]
+    /// The last commit of the batch: what to acknowledge once it is applied.
+    public var commit: UInt64 { changesets.last?.commit ?? 0 }
+}
+
+/// The batches of a consumer, as an async sequence (``Consumer/batches(on:limit:)``).
+public struct ConsumerBatches: AsyncSequence, Sendable {
+    /// A batch of changesets.
+    public typealias Element = ConsumerBatch
+    let consumer: Consumer
+    let database: Database
+    let connection: Connection
+    let limit: Int
+
+    /// The iterator: it subscribes to `changes()` before its first read, so that no commit is
+    /// missed between a read that found nothing and the wait for the next commit.
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let batches: ConsumerBatches
+        var commits: AsyncStream<Changeset>.AsyncIterator?
+        var lastYielded: UInt64?
+
+        /// The next batch, once there is one; `nil` when the database closed or the task was
+        /// cancelled.
+        public mutating func next() async throws -> ConsumerBatch? {
+            while !Task.isCancelled {
+                if commits == nil { commits = batches.database.changes().makeAsyncIterator() }
+                let consumer = batches.consumer
+                let limit = batches.limit
+                let after = lastYielded
+                let changesets = try await batches.connection.read { txn in
+                    let position = try consumer.position(in: txn)
+                    return Array(try txn.changes(after: Swift.max(position, after ?? 0)).prefix(limit))
+                }
+                if let last = changesets.last {
+                    lastYielded = last.commit
+                    return ConsumerBatch(changesets: changesets)
+                }
+                // Nothing new: wait for the next commit (a finished stream is subscribed again).
+                if await commits?.next() == nil {
+                    commits = nil
+                    if batches.database.isClosed { return nil }
+                }
+            }
+            return nil
+        }
+    }
+
+    /// An iterator that reads the batches on the sequence's connection.
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(batches: self) }
+}
+
+extension Database {
+    /// The named consumer, registered at the newest commit if the file has no consumer of that
+    /// name yet (a write that is not a commit); see ``Consumer``.
+    ///
+    /// - Throws: what a read-write transaction throws (`readOnly`, `busy`, `databaseClosed`).
+    public func consumer(named name: String) throws -> Consumer {
+        let connection = newConnection(name: "consumer \(name)")
+        try connection.readWrite { txn in
+            let handle = try txn.core.handle()
+            let exists = try handle.cachedStatement("SELECT 1 FROM snapshotdb_consumers WHERE name = ?1")
+            defer { exists.reset() }
+            try exists.bind(name, at: 1)
+            if try !exists.step() {
+                try Consumer.move(name, to: txn.commit, expired: false, handle: handle)
+                txn.wroteBookkeeping = true
+            }
+        }
+        return Consumer(name: name, database: self)
+    }
+}

@@ -1,0 +1,154 @@
+internal import Dispatch
+internal import Foundation
+internal import Synchronization
+
+/// How much durable history a database file keeps: the newest ``commits`` commits, of at most
+/// ``age``, in at most about ``bytes``; whichever bound is tightest wins.
+///
+/// The bound is hard. History past it is purged even when a named ``Consumer`` has not
+/// acknowledged it; such a consumer is *expired* in the same SQLite transaction as the purge
+/// (never dropped in a race), and its next read throws
+/// ``DatabaseError/Code/consumerExpired``. A position saved with
+/// ``ReadTransaction/position()`` that falls past the bound gets
+/// ``DatabaseError/Code/historyUnavailable``. A bookmark of another process that falls past
+/// it gets one external changeset for the purged commits (its keys unknown); bookmarks of
+/// this process are served from memory and never see the purge.
+///
+/// The defaults suit a phone: 10,000 commits, 7 days, 16 MiB. Purging runs off the commit path
+/// (on the database's checkpoint queue, after about every ``commits``/8 commits, at most every
+/// 256), in steps of at most ``HistoryPurger/stepRows`` rows, each its own short write
+/// transaction that never waits for a writer. The age bound is enforced when commits are made:
+/// a database that nobody writes keeps its history.
+public struct HistoryRetention: Sendable, Equatable {
+    /// How many of the newest commits are kept at most.
+    public var commits: Int
+    /// How old the oldest kept commit may be at most.
+    public var age: Duration
+    /// About how many bytes of history rows are kept at most (the sizes of their `info` and
+    /// `changes` columns plus 48 bytes a row).
+    public var bytes: Int
+
+    /// A retention bound; the defaults suit a phone.
+    public init(commits: Int = 10_000, age: Duration = .seconds(7 * 24 * 3600), bytes: Int = 16 << 20) {
+        self.commits = commits
+        self.age = age
+        self.bytes = bytes
+    }
+}
+
+/// Purges history past ``Configuration/historyRetention`` in bounded steps, off the commit path.
+final class HistoryPurger: Sendable {
+    /// At most this many rows are deleted by one purge step (one write transaction).
+    static let stepRows = 1_000
+
+    private struct State {
+        var lastRequest: UInt64 = 0
+        var isQueued = false
+    }
+
+    private let state = Mutex(State())
+    /// How many purge steps ran (for tests and the benchmark).
+    let steps = Atomic<Int>(0)
+
+    /// Called by the writer after each commit: asks for a purge every so many commits.
+    func didCommit(_ commit: UInt64, database: Database) {
+        let interval = UInt64(max(1, min(256, database.configuration.historyRetention.commits / 8)))
+        let request = state.withLock { state -> Bool in
+            guard !state.isQueued, commit >= state.lastRequest + interval else { return false }
+            state.lastRequest = commit
+            state.isQueued = true
+            return true
+        }
+        if request { queue(database) }
+    }
+
+    private func queue(_ database: Database, attempt: Int = 0) {
+        let weakDatabase = WeakDatabase(database)
+        let delay: Duration = attempt == 0 ? .zero : .milliseconds(min(200, 5 << min(attempt, 6)))
+        database.checkpointer.queue.asyncAfter(deadline: .now() + delay.dispatchInterval) { [self] in
+            guard let database = weakDatabase.database, !database.isClosed else {
+                state.withLock { $0.isQueued = false }
+                return
+            }
+            let outcome = database.checkpointer.withCheckpointHandle { handle in
+                handle.map { step(database, handle: $0) } ?? .done
+            }
+            switch outcome {
+            case .more: queue(database)
+            case .busy: queue(database, attempt: attempt + 1)
+            case .done: state.withLock { $0.isQueued = false }
+            }
+        }
+    }
+
+    enum Outcome {
+        case done
+        case more
+        case busy
+    }
+
+    /// Runs purge steps until the history is within the bound (or a step is busy), on the
+    /// checkpoint queue; returns how the last step ended.
+    @discardableResult
+    func purgeNow(_ database: Database) -> Outcome {
+        database.checkpointer.withCheckpointHandle { handle in
+            guard let handle else { return .done }
+            var outcome = Outcome.more
+            while outcome == .more { outcome = step(database, handle: handle) }
+            return outcome
+        }
+    }
+
+    /// One purge step on `handle`; never waits more than a few milliseconds for a writer.
+    func step(_ database: Database, handle: SQLiteHandle) -> Outcome {
+        let deadline = Date(timeIntervalSinceNow: Checkpointer.resetWait.timeInterval)
+        guard database.writer.lock.lockWithPriority(before: deadline) else { return .busy }
+        defer { database.writer.lock.unlock() }
+        do {
+            let retention = database.configuration.historyRetention
+            try handle.withBusyTimeout(Checkpointer.resetWait, restoring: database.configuration.busyTimeout)
+            {
+                () throws(DatabaseError) in
+                try handle.statement(.beginImmediate).execute()
+            }
+            defer { try? handle.rollback() }
+            let cutoff = try Self.cutoff(retention, handle: handle)
+            let floor = try History.floor(on: handle)
+            guard cutoff > floor else { return .done }
+            let target = min(cutoff, floor + UInt64(Self.stepRows))
+            try handle.execute(
+                "DELETE FROM snapshotdb_history WHERE number < \(target); "
+                    + "UPDATE snapshotdb_consumers SET expired = 1 WHERE expired = 0 AND position < \(target);"
+            )
+            try handle.statement(.commit).execute()
+            steps.add(1, ordering: .relaxed)
+            return target < cutoff ? .more : .done
+        } catch {
+            return error.code == .busy ? .busy : .done
+        }
+    }
+
+    /// The oldest commit the bound keeps (the new floor of the history): everything before it
+    /// is purged.
+    static func cutoff(_ retention: HistoryRetention, handle: SQLiteHandle) throws(DatabaseError) -> UInt64 {
+        let latest = try handle.int64("SELECT max(number) FROM snapshotdb_history") ?? 0
+        var cutoff = max(0, latest - Int64(max(0, retention.commits)))
+        let oldest = Date().timeIntervalSince1970 - retention.age.timeInterval
+        if let tooOld = try handle.int64(
+            "SELECT max(number) FROM snapshotdb_history WHERE date < \(oldest) AND number < \(latest)")
+        {
+            cutoff = max(cutoff, tooOld)
+        }
+        if let overBytes = try handle.int64(
+            """
+            SELECT number FROM (SELECT number, sum(coalesce(length(info), 0) + coalesce(length(changes), 0) + 48)
+                OVER (ORDER BY number DESC) AS total FROM snapshotdb_history)
+            WHERE total > \(max(0, retention.bytes)) LIMIT 1
+            """)
+        {
+            cutoff = max(cutoff, overBytes)
+        }
+        // The newest row is the commit counter: it is never purged.
+        return UInt64(max(0, min(cutoff, latest)))
+    }
+}

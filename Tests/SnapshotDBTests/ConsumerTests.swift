@@ -1,0 +1,167 @@
+import Foundation
+import SnapshotDBTestSupport
+import Synchronization
+import Testing
+
+@testable import SnapshotDB
+
+/// Named durable consumers and the history's retention bound.
+@Suite("Consumers and retention")
+struct ConsumerTests {
+    static let childKey = "SNAPSHOTDB_CONSUMER_CHILD"
+
+    /// Applies one changeset the way the test's "indexer" does: a marker per commit in the
+    /// collection "applied", and a failure recorded if a marker was already there (a commit
+    /// applied twice).
+    static func apply(_ changeset: Changeset, in txn: ReadWriteTransaction) throws {
+        // The indexer's own commits are changesets too; it skips them.
+        guard changeset.changedCollections.contains("source") else { return }
+        let key = "\(changeset.commit)"
+        if try txn.hasValue(forKey: key, inCollection: "applied") {
+            try txn.set("twice", forKey: key, inCollection: "doubles")
+        }
+        try txn.set(changeset.setKeys["source"]?.sorted() ?? [], forKey: key, inCollection: "applied")
+    }
+
+    /// The child: takes one batch, applies it, says so, and waits inside the transaction for
+    /// the parent, which kills it there, before the acknowledgement commits.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[childKey] != nil))
+    func childConsumerKilledBeforeItsAcknowledgementCommits() async throws {
+        let path = try #require(ProcessInfo.processInfo.environment[Self.childKey])
+        let db = try Database(path: path)
+        let indexer = try db.consumer(named: "indexer")
+        let writer = db.newConnection(name: "indexer-writer")
+        var batches = indexer.batches(on: db.newConnection(name: "indexer-reader"), limit: 5)
+            .makeAsyncIterator()
+        let batch = try #require(try await batches.next())
+        try Self.applyAndWait(batch, indexer: indexer, writer: writer)
+    }
+
+    static func applyAndWait(_ batch: ConsumerBatch, indexer: Consumer, writer: Connection) throws {
+        try writer.readWrite { txn in
+            for changeset in batch.changesets { try Self.apply(changeset, in: txn) }
+            try indexer.acknowledge(through: batch.commit, in: txn)
+            FileHandle.standardOutput.write(Data("INSIDE \(batch.commit)\n".utf8))
+            _ = Swift.readLine()  // killed here
+        }
+    }
+
+    /// Timeline: 30 source commits | a child consumer applies a batch and is SIGKILLed inside
+    /// the transaction that also acknowledges it | a consumer of this process resumes from the
+    /// durable position: every source commit is applied exactly once.
+    @Test func aConsumerKilledBetweenItsWritesAndItsAcknowledgementMissesNothingAndRepeatsNothing()
+        async throws
+    {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("consumer.sqlite").path
+            do {
+                let db = try Database(path: path)
+                _ = try db.consumer(named: "indexer")
+                let source = db.newConnection(name: "source")
+                for index in 0..<30 {
+                    try await source.readWrite {
+                        try $0.set(index, forKey: "k\(index)", inCollection: "source")
+                    }
+                }
+                try db.close()
+            }
+            let child = try startChildTest(
+                "childConsumerKilledBeforeItsAcknowledgementCommits", environmentKey: Self.childKey,
+                value: path)
+            let line = try child.readLine()
+            #expect(line.hasPrefix("INSIDE "), "child said: \(line) \(child.standardError)")
+            child.kill()
+
+            let db = try Database(path: path)
+            let indexer = try db.consumer(named: "indexer")
+            let reader = db.newConnection(name: "reader")
+            #expect(
+                try await reader.read { try indexer.position(in: $0) } == 0,
+                "the killed acknowledgement was lost")
+            #expect(try await reader.read { try $0.count(inCollection: "applied") } == 0)
+            let writer = db.newConnection(name: "writer")
+            var applied = 0
+            for try await batch in indexer.batches(on: reader, limit: 7) {
+                try await writer.readWrite { txn in
+                    for changeset in batch.changesets { try Self.apply(changeset, in: txn) }
+                    try indexer.acknowledge(through: batch.commit, in: txn)
+                }
+                applied += batch.changesets.count
+                // The indexer's own commits are changesets too: stop at the source's last one.
+                if batch.changesets.contains(where: { $0.commit == 30 }) { break }
+            }
+            let markers = try await reader.read { txn in
+                try txn.keys(inCollection: "applied").compactMap(UInt64.init).sorted()
+            }
+            #expect(markers == Array(1...30))
+            #expect(try await reader.read { try $0.count(inCollection: "doubles") } == 0)
+            #expect(try await reader.read { try indexer.position(in: $0) } >= 30)
+        }
+    }
+
+    /// An acknowledgement alone commits (the position survives) but is not a commit of the
+    /// database; acknowledging the unseen or going back is misuse.
+    @Test func anAcknowledgementAloneIsDurableButIsNoCommit() throws {
+        try withTemporaryDatabase { db throws in
+            let consumer = try db.consumer(named: "uploader")
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(1, forKey: "a", inCollection: "c") }
+            try writer.readWrite { try $0.set(2, forKey: "b", inCollection: "c") }
+            #expect(try writer.read { try consumer.pending(in: $0) }.map(\.commit) == [1, 2])
+            #expect(try writer.read { try consumer.pending(in: $0, limit: 1) }.map(\.commit) == [1])
+            let logged = db.commitLogCount
+            try writer.readWrite { try consumer.acknowledge(through: 1, in: $0) }
+            #expect(db.latestCommit == 2)
+            #expect(db.commitLogCount == logged, "the acknowledgement published nothing")
+            #expect(
+                try sqlite3(db.path, "SELECT position FROM snapshotdb_consumers WHERE name = 'uploader'")
+                    == "1\n")
+            #expect(try writer.read { try consumer.pending(in: $0) }.map(\.commit) == [2])
+            expectError(.misuse) { try writer.readWrite { try consumer.acknowledge(through: 3, in: $0) } }
+            expectError(.misuse) { try writer.readWrite { try consumer.acknowledge(through: 0, in: $0) } }
+            // A rolled-back transaction acknowledges nothing.
+            try writer.readWrite { txn in
+                try consumer.acknowledge(through: 2, in: txn)
+                txn.rollback()
+            }
+            #expect(try writer.read { try consumer.position(in: $0) } == 1)
+            try writer.readWrite { try $0.set(3, forKey: "c", inCollection: "c") }
+            #expect(db.latestCommit == 3)
+        }
+    }
+
+    /// Past the retention bound, history is purged in steps; a consumer behind it is expired in
+    /// the purge's own transaction and says so, while one within it keeps its place; a position
+    /// past it is `historyUnavailable` naming the range.
+    @Test func thePurgeExpiresALaggingConsumerAndKeepsTheOthersPlace() throws {
+        var configuration = Configuration()
+        configuration.historyRetention = HistoryRetention(commits: 20)
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let lagging = try db.consumer(named: "lagging")
+            let writer = db.newConnection(name: "writer")
+            for index in 0..<100 {
+                try writer.readWrite { try $0.set(index, forKey: "k\(index % 7)", inCollection: "c") }
+            }
+            let current = try db.consumer(named: "current")  // registered at 100
+            db.historyPurger.purgeNow(db)
+            let floor = try writer.read { txn in try History.floor(on: try txn.core.handle()) }
+            #expect(floor == 80)
+            #expect(try sqlite3(db.path, "SELECT count(*) FROM snapshotdb_history") == "21\n")
+            expectError(.consumerExpired) { try writer.read { try lagging.pending(in: $0) } }
+            #expect(try writer.read { try current.pending(in: $0) } == [])
+            let error = expectError(.historyUnavailable) { try writer.read { try $0.changes(after: 50) } }
+            #expect(error?.message.contains("51...80") == true, "\(String(describing: error))")
+            #expect(try writer.read { try $0.changes(after: 80) }.count == 20)
+            // Reset after a rescan: the consumer goes on from the newest commit.
+            try writer.readWrite { try lagging.reset(in: $0) }
+            #expect(try writer.read { try lagging.position(in: $0) } == 100)
+            // The purge also runs by itself, off the commit path.
+            for index in 0..<60 {
+                try writer.readWrite { try $0.set(index, forKey: "k\(index % 7)", inCollection: "c") }
+            }
+            db.historyPurger.purgeNow(db)
+            #expect(try sqlite3(db.path, "SELECT count(*) FROM snapshotdb_history") == "21\n")
+            #expect(db.historyPurger.steps.load(ordering: .relaxed) >= 2)
+        }
+    }
+}
