@@ -107,6 +107,20 @@ public enum SnapshotDBInspector {
             case .success(let counter): snapshotDB.commitCounter = counter
             case .failure(let failure): snapshotDB.commitCounterUnavailableReason = failure.reason
             }
+            if header.userVersion >= 3,
+                let listing = try? HistoryTableReader.history(
+                    pages: pages, asOfFrame: committedFrames, after: nil, limit: 0),
+                let oldest = listing.oldestCommit, let newest = listing.newestCommit
+            {
+                snapshotDB.history = HistorySummary(
+                    rows: listing.rowCount, bytes: listing.bytes, oldestCommit: oldest,
+                    consumers: listing.consumers.map {
+                        ConsumerLag(
+                            name: $0.name, position: $0.position,
+                            commitsBehind: newest > $0.position ? newest - $0.position : 0,
+                            isExpired: $0.isExpired)
+                    })
+            }
         } else {
             snapshotDB.commitCounterUnavailableReason =
                 "not a SnapshotDB file (application_id 0x\(String(header.applicationID, radix: 16)))"
@@ -186,6 +200,30 @@ public enum SnapshotDBInspector {
             return counter
         case .failure(let failure):
             throw InspectionError(code: .commitCounterUnavailable, path: path, message: failure.reason)
+        }
+    }
+
+    /// The durable history of the SnapshotDB database at `path` as its newest committed snapshot
+    /// holds it: the rows after `after` (at most `limit`), the history's size and the named
+    /// consumers, read from the pages without SQLite. Changes no byte, as
+    /// ``inspect(databaseAt:options:)``.
+    ///
+    /// - Throws: ``InspectionError`` as ``inspect(databaseAt:options:)`` does, and
+    ///   `commitCounterUnavailable` when the file has no durable history (not a SnapshotDB file,
+    ///   or an older schema) or its pages cannot be read.
+    public static func history(
+        databaseAt path: String, after: UInt64? = nil, limit: Int? = nil,
+        options: InspectionOptions = .inProcess
+    ) throws(InspectionError) -> HistoryListing {
+        let (pages, _) = try openPages(databaseAt: path, options: options)
+        let walIndex = try WALIndexReader.read(
+            path: sharedMemoryPath(forDatabaseAt: path), access: options.fileAccess,
+            attempts: options.walIndexReadAttempts, walHeader: pages.wal?.summary.header)
+        let bound = committedFrameBound(wal: pages.wal, walIndex: walIndex)
+        do throws(PageReadFailure) {
+            return try HistoryTableReader.history(pages: pages, asOfFrame: bound, after: after, limit: limit)
+        } catch {
+            throw InspectionError(code: .commitCounterUnavailable, path: path, message: error.reason)
         }
     }
 

@@ -54,6 +54,21 @@ struct ReportRenderer {
             lines.append(
                 line("commit", "unavailable: \(snapshotDB.commitCounterUnavailableReason ?? "unknown")"))
         }
+        if let history = snapshotDB.history {
+            lines.append(
+                line(
+                    "history",
+                    "\(Format.count(UInt64(history.rows))) rows, \(Format.bytes(Int64(history.bytes))), "
+                        + "changesets after commit \(Format.count(history.oldestCommit))"))
+            for consumer in history.consumers {
+                lines.append(
+                    line(
+                        "consumer",
+                        "'\(consumer.name)' at commit \(Format.count(consumer.position)), "
+                            + "\(Format.count(consumer.commitsBehind)) behind"
+                            + (consumer.isExpired ? ", expired" : "")))
+            }
+        }
     }
 
     private func walLines(into lines: inout [String]) {

@@ -8,12 +8,13 @@ struct SnapshotDBCommand: ParsableCommand {
         commandName: "snapshotdb",
         abstract: "Inspect, watch and checkpoint SnapshotDB database files.",
         discussion: """
-            `inspect` and `watch` read the database, its -wal and its -shm without SQLite and \
-            without locks: they change no byte, create no file and never checkpoint. \
+            `inspect`, `history` and `watch` read the database, its -wal and its -shm without \
+            SQLite and without locks: they change no byte, create no file and never checkpoint. \
             `checkpoint` is the one subcommand that acts.
             """,
         subcommands: [
             Inspect.self,
+            History.self,
             Watch.self,
             Checkpoint.self,
             Demo.self,

@@ -97,38 +97,53 @@ enum History {
 
     /// The changeset of the current row of a ``SQL/readHistory`` statement; `nil` for a start row.
     private static func changeset(of row: SQLiteStatement, path: String) throws(DatabaseError) -> Changeset? {
-        let number = UInt64(bitPattern: row.int64(at: 0))
+        let kind: Int64? = row.storageClass(at: 1) == SQLITE_INTEGER ? row.int64(at: 1) : nil
+        let changes: Result<HistoryCoding.Decoded, HistoryReader.Failure>? =
+            row.storageClass(at: 6) == SQLITE_BLOB
+            ? row.withBlob(at: 6) { bytes in
+                Result { () throws(HistoryReader.Failure) in try HistoryCoding.decode(bytes) }
+            } : nil
+        return try changeset(
+            number: UInt64(bitPattern: row.int64(at: 0)), kind: kind, date: row.double(at: 2),
+            process: row.isNull(at: 3) ? nil : row.int64(at: 3),
+            connection: row.isNull(at: 4) ? nil : row.string(at: 4),
+            info: row.isNull(at: 5) ? nil : row.string(at: 5), changes: changes, path: path)
+    }
+
+    /// The changeset of one history row from its columns (`changes` decoded already, `nil`
+    /// when the column is not a blob); `nil` for a start row.
+    ///
+    /// - Throws: `corrupt` naming the commit when the row is damaged.
+    static func changeset(
+        number: UInt64, kind rawKind: Int64?, date: Double, process: Int64?, connection: String?,
+        info: String?,
+        changes: Result<HistoryCoding.Decoded, HistoryReader.Failure>?, path: String
+    ) throws(DatabaseError) -> Changeset? {
         func damaged(_ reason: String) -> DatabaseError {
             DatabaseError(
                 .corrupt,
                 "\(path): the history row of commit \(number) is damaged (\(reason)); it was not written "
                     + "by SnapshotDB")
         }
-        guard row.storageClass(at: 1) == SQLITE_INTEGER, let kind = HistoryKind(rawValue: row.int64(at: 1))
-        else { throw damaged("unknown kind") }
+        guard let rawKind, let kind = HistoryKind(rawValue: rawKind) else { throw damaged("unknown kind") }
         if kind == .start { return nil }
-        let date = Date(timeIntervalSince1970: row.double(at: 2))
+        let date = Date(timeIntervalSince1970: date)
         if kind == .unknown { return .external(number...number, date: date) }
-        let process = row.isNull(at: 3) ? nil : Int32(truncatingIfNeeded: row.int64(at: 3))
-        let connection = row.isNull(at: 4) ? nil : row.string(at: 4)
-        var info: [String: String] = [:]
-        if !row.isNull(at: 5) {
-            do { info = try HistoryCoding.decodeInfo(row.string(at: 5)) } catch {
-                throw damaged(error.reason)
-            }
+        var decodedInfo: [String: String] = [:]
+        if let info {
+            do { decodedInfo = try HistoryCoding.decodeInfo(info) } catch { throw damaged(error.reason) }
         }
-        guard row.storageClass(at: 6) == SQLITE_BLOB else { throw damaged("no changes") }
         let decoded: HistoryCoding.Decoded
-        switch row.withBlob(
-            at: 6, { bytes in Result { () throws(HistoryReader.Failure) in try HistoryCoding.decode(bytes) } }
-        ) {
+        switch changes {
         case .success(let value): decoded = value
         case .failure(let error): throw damaged(error.reason)
+        case nil: throw damaged("no changes")
         }
         return Changeset(
             commits: number...number, keys: ChangedKeys(log: decoded.operations),
-            clearedAllCollections: decoded.clearedAll, connectionName: connection, processID: process,
-            date: date, info: info, isExternal: false, extensionChanges: decoded.extensions)
+            clearedAllCollections: decoded.clearedAll, connectionName: connection,
+            processID: process.map { Int32(truncatingIfNeeded: $0) }, date: date, info: decodedInfo,
+            isExternal: false, extensionChanges: decoded.extensions)
     }
 
     /// The oldest commit the history of the open transaction reaches back to: changesets are
@@ -149,5 +164,34 @@ enum History {
         defer { statement.reset() }
         try statement.bind(Int64(bitPattern: commit), at: 1)
         return try statement.step() ? UInt64(bitPattern: statement.int64(at: 0)) : nil
+    }
+}
+
+extension Changeset {
+    /// The changeset a history row read outside SQLite holds (for `snapshotdb history`, which
+    /// reads the pages itself so that it changes no byte); `nil` for the row that starts the
+    /// history.
+    ///
+    /// - Throws: `corrupt` naming the commit when the row is damaged.
+    @_spi(Tools)
+    public static func fromHistoryRow(
+        commit: UInt64, kind: Int64, date: Double, processID: Int64?, connection: String?, info: String?,
+        changes: [UInt8]?, path: String
+    ) throws(DatabaseError) -> Changeset? {
+        let decoded = changes.map { bytes in
+            bytes.withUnsafeBytes { buffer in
+                Result { () throws(HistoryReader.Failure) in try HistoryCoding.decode(buffer) }
+            }
+        }
+        return try History.changeset(
+            number: commit, kind: kind, date: date, process: processID, connection: connection, info: info,
+            changes: decoded, path: path)
+    }
+
+    /// The names of the extensions whose records (a view's row changes) or resets the
+    /// changeset carries.
+    @_spi(Tools)
+    public var extensionNames: [String] {
+        Array(Set(extensionChanges.byName.keys).union(extensionChanges.reset)).sorted()
     }
 }

@@ -98,11 +98,53 @@ public struct SnapshotDBSummary: Sendable, Codable, Equatable {
     public var commitCounter: UInt64?
     /// Why ``commitCounter`` is missing, when it is.
     public var commitCounterUnavailableReason: String?
+    /// The durable history (schema 3 and later); `nil` when the file has none or it could not
+    /// be read.
+    public var history: HistorySummary?
 
     enum CodingKeys: String, CodingKey {
         case isSnapshotDB
         case schemaVersion
         case commitCounter
         case commitCounterUnavailableReason
+        case history
+    }
+}
+
+/// The size of a SnapshotDB file's durable history and its named consumers.
+public struct HistorySummary: Sendable, Codable, Equatable {
+    /// How many rows the history holds.
+    public var rows: Int
+    /// About how many bytes they take.
+    public var bytes: Int
+    /// Changesets are known for the commits after this one.
+    public var oldestCommit: UInt64
+    /// The named consumers, each with its position and how many commits it is behind.
+    public var consumers: [ConsumerLag]
+
+    enum CodingKeys: String, CodingKey {
+        case rows
+        case bytes
+        case oldestCommit
+        case consumers
+    }
+}
+
+/// A named consumer's position and lag.
+public struct ConsumerLag: Sendable, Codable, Equatable {
+    /// The consumer's name.
+    public var name: String
+    /// The commit it acknowledged last.
+    public var position: UInt64
+    /// How many commits it is behind the commit counter.
+    public var commitsBehind: UInt64
+    /// Whether it was expired by the retention bound.
+    public var isExpired: Bool
+
+    enum CodingKeys: String, CodingKey {
+        case name
+        case position
+        case commitsBehind
+        case isExpired
     }
 }

@@ -29,6 +29,19 @@ struct BTreeReader {
     func scanTable(
         rootPage: UInt32, _ visit: ([RecordValue]) throws(PageReadFailure) -> Bool
     ) throws(PageReadFailure) -> Bool {
+        try scanTable(rootPage: rootPage) {
+            (_: Int64, record: [RecordValue]) throws(PageReadFailure) -> Bool in
+            try visit(record)
+        }
+    }
+
+    /// Calls `visit` with the row id and record of each row of the table b-tree rooted at
+    /// `rootPage`, in row id order, until it returns true.
+    /// - Returns: whether `visit` stopped the walk.
+    @discardableResult
+    func scanTable(
+        rootPage: UInt32, withRowIDs visit: (Int64, [RecordValue]) throws(PageReadFailure) -> Bool
+    ) throws(PageReadFailure) -> Bool {
         var pending: [UInt32] = [rootPage]
         var visited: Set<UInt32> = []
         while let number = pending.popLast() {
@@ -55,10 +68,10 @@ struct BTreeReader {
                 for cell in 0..<cellCount {
                     let cellOffset = Int(try uint16(page, cellPointers + 2 * cell))
                     let (payloadSize, sizeLength) = try varint(page, cellOffset)
-                    let (_, rowidLength) = try varint(page, cellOffset + sizeLength)
+                    let (rowid, rowidLength) = try varint(page, cellOffset + sizeLength)
                     let payload = try self.payload(
                         page, at: cellOffset + sizeLength + rowidLength, size: payloadSize)
-                    if try visit(try Self.record(payload)) { return true }
+                    if try visit(Int64(bitPattern: rowid), try Self.record(payload)) { return true }
                 }
             default:
                 throw PageReadFailure(

@@ -1,0 +1,165 @@
+import ArgumentParser
+import Foundation
+@_spi(Tools) import SnapshotDB
+import SnapshotDBInspection
+
+/// `snapshotdb history FILE`: the durable history, read without SQLite, locks or writes.
+struct History: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the commits of the durable history: who, when, which keys.",
+        discussion: """
+            Reads the database and its -wal without SQLite (as `inspect` does): it changes no \
+            byte, creates no missing file and never checkpoints. Rows are read from the newest \
+            committed snapshot. Exit status: 0 listed, 2 the file cannot be read or has no \
+            durable history, 3 a history row is damaged (the rows before it are printed).
+            """
+    )
+
+    @OptionGroup var database: DatabaseArgument
+
+    @Option(help: ArgumentHelp("List only the commits after commit N.", valueName: "N"))
+    var after: UInt64?
+
+    @Option(help: ArgumentHelp("List at most N commits.", valueName: "N"))
+    var limit: Int?
+
+    @Flag(help: "Print JSON (one document, documented in the README) instead of text.")
+    var json = false
+
+    func validate() throws {
+        if let limit, limit < 0 { throw ValidationError("--limit must be 0 or more.") }
+    }
+
+    func run() throws {
+        let listing: HistoryListing
+        do {
+            listing = try CommandLinePath.withUsablePath(database.file) { path throws(InspectionError) in
+                try SnapshotDBInspector.history(
+                    databaseAt: path, after: after, limit: limit, options: .separateProcess)
+            }
+        } catch {
+            Output.error(error.description, json: json)
+            throw ExitCode(2)
+        }
+        var entries: [HistoryEntry] = []
+        var damage: String?
+        for row in listing.rows {
+            do {
+                entries.append(
+                    HistoryEntry(
+                        row: row,
+                        changeset: try Changeset.fromHistoryRow(
+                            commit: row.commit, kind: row.kind, date: row.date, processID: row.processID,
+                            connection: row.connection, info: row.info, changes: row.changes,
+                            path: database.file)))
+            } catch {
+                damage = error.message
+                break
+            }
+        }
+        let document = HistoryDocument(
+            path: database.file, oldestCommit: listing.oldestCommit, newestCommit: listing.newestCommit,
+            rowCount: listing.rowCount, bytes: listing.bytes, consumers: listing.consumers, commits: entries,
+            damage: damage)
+        if json {
+            Output.write(try Output.json(document) + "\n")
+        } else {
+            Output.write(document.text())
+        }
+        if let damage {
+            if !json { Output.error(damage) }
+            throw ExitCode(3)
+        }
+    }
+}
+
+/// One commit as `history` prints it.
+struct HistoryEntry: Encodable {
+    var commit: UInt64
+    var kind: String
+    var date: String
+    var connection: String?
+    var processID: Int64?
+    var info: [String: String]
+    var setKeys: [String: [String]]
+    var removedKeys: [String: [String]]
+    var clearedCollections: [String]
+    var clearedAllCollections: Bool
+    var keysKnown: Bool
+    var extensions: [String]
+
+    init(row: HistoryRow, changeset: Changeset?) {
+        commit = row.commit
+        kind =
+            ["commit", "foreign", "start", "unknown"].indices.contains(Int(row.kind))
+            ? ["commit", "foreign", "start", "unknown"][Int(row.kind)] : "kind \(row.kind)"
+        date = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: row.date))
+        connection = changeset?.connectionName
+        processID = changeset?.processID.map(Int64.init)
+        info = changeset?.info ?? [:]
+        setKeys = (changeset?.setKeys ?? [:]).mapValues { $0.sorted() }
+        removedKeys = (changeset?.removedKeys ?? [:]).mapValues { $0.sorted() }
+        clearedCollections = (changeset?.clearedCollections ?? []).sorted()
+        clearedAllCollections = changeset?.clearedAllCollections ?? false
+        keysKnown = changeset.map { !$0.isExternal } ?? false
+        extensions = changeset?.extensionNames ?? []
+    }
+
+    func line() -> String {
+        var parts = ["\(commit)", date, kind]
+        if let connection { parts.append("'\(connection)'" + (processID.map { " pid \($0)" } ?? "")) }
+        if !info.isEmpty {
+            parts.append(
+                "info {"
+                    + info.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ", ")
+                    + "}")
+        }
+        for (collection, keys) in setKeys.sorted(by: { $0.key < $1.key }) {
+            parts.append("set \(collection)[\(Self.list(keys))]")
+        }
+        for (collection, keys) in removedKeys.sorted(by: { $0.key < $1.key }) {
+            parts.append("removed \(collection)[\(Self.list(keys))]")
+        }
+        if !clearedCollections.isEmpty {
+            parts.append("cleared \(clearedCollections.joined(separator: ", "))")
+        }
+        if clearedAllCollections { parts.append("cleared every collection") }
+        if kind == "unknown" { parts.append("keys unknown") }
+        if !extensions.isEmpty { parts.append("extensions \(extensions.joined(separator: ", "))") }
+        return parts.joined(separator: "  ")
+    }
+
+    /// Keys shown: the first 10 and a count of the rest.
+    static func list(_ keys: [String]) -> String {
+        let shown = keys.prefix(10).map { $0.debugDescription }.joined(separator: ", ")
+        return keys.count > 10 ? shown + ", … \(keys.count - 10) more" : shown
+    }
+}
+
+/// The document `history --json` prints.
+struct HistoryDocument: Encodable {
+    var formatVersion = 1
+    var path: String
+    var oldestCommit: UInt64?
+    var newestCommit: UInt64?
+    var rowCount: Int
+    var bytes: Int
+    var consumers: [HistoryConsumer]
+    var commits: [HistoryEntry]
+    var damage: String?
+
+    func text() -> String {
+        var lines = [
+            "history of \(path): commits after \(oldestCommit.map(String.init) ?? "?") through "
+                + "\(newestCommit.map(String.init) ?? "?") (\(rowCount) rows, about \(bytes) bytes)"
+        ]
+        for consumer in consumers {
+            let lag = (newestCommit ?? 0) > consumer.position ? (newestCommit ?? 0) - consumer.position : 0
+            lines.append(
+                "consumer '\(consumer.name)' at commit \(consumer.position), \(lag) behind"
+                    + (consumer.isExpired ? ", expired" : ""))
+        }
+        lines += commits.filter { $0.kind != "start" }.map { $0.line() }
+        return lines.joined(separator: "\n") + "\n"
+    }
+}

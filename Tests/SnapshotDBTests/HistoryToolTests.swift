@@ -1,0 +1,101 @@
+import Foundation
+import SnapshotDB
+import SnapshotDBTestSupport
+import Testing
+
+/// `snapshotdb history` and the history lines of `snapshotdb inspect`, run as a user would,
+/// against a database another process (this one) has open.
+@Suite("snapshotdb history")
+struct HistoryToolTests {
+    /// `snapshotdb`, built beside the test bundle.
+    static let tool: String? = {
+        let directory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+            .deletingLastPathComponent()
+        let candidates = [directory, directory.deletingLastPathComponent()].map {
+            $0.appendingPathComponent("snapshotdb").path
+        }
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0) }
+    }()
+
+    static func bytes(_ path: String) -> [Data?] {
+        ["", "-wal", "-shm"].map { FileManager.default.contents(atPath: path + $0) }
+    }
+
+    @Test func historyListsEveryCommitAsTheLibraryReadsItAndChangesNoByte() throws {
+        let tool = try #require(Self.tool, "the snapshotdb binary is not beside the test bundle")
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            _ = try db.consumer(named: "uploader")
+            let writer = db.newConnection(name: "sync")
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "a", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
+                try txn.set(
+                    Item(title: "x"), forKey: "'; DROP TABLE snapshotdb_history; --", inCollection: "c")
+                txn.info = ["source": "server"]
+            }
+            try writer.readWrite { try $0.removeValue(forKey: "n1", inCollection: "notes") }
+            try writer.readWrite { try $0.removeAll(inCollection: "c") }
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()  // a live reader: the -wal and -shm are in use
+            let expected = try writer.read { try $0.changes(after: 0) }
+            let before = Self.bytes(db.path)
+
+            let result = try ChildProcess.run(tool, ["history", "--json", db.path])
+            #expect(result.status == 0, "\(result.standardError)")
+            let document = try #require(
+                try JSONSerialization.jsonObject(with: Data(result.standardOutput.utf8)) as? [String: Any])
+            let commits = try #require(document["commits"] as? [[String: Any]])
+            #expect(commits.map { $0["commit"] as? Int } == expected.map { Int($0.commit) })
+            for (entry, changeset) in zip(commits, expected) {
+                #expect(entry["connection"] as? String == changeset.connectionName)
+                #expect(entry["processID"] as? Int == changeset.processID.map(Int.init))
+                #expect(entry["info"] as? [String: String] == changeset.info)
+                #expect(
+                    entry["setKeys"] as? [String: [String]] == changeset.setKeys.mapValues { $0.sorted() })
+                #expect(
+                    entry["removedKeys"] as? [String: [String]]
+                        == changeset.removedKeys.mapValues { $0.sorted() })
+                #expect(entry["clearedCollections"] as? [String] == changeset.clearedCollections.sorted())
+                #expect(entry["keysKnown"] as? Bool == true)
+            }
+            #expect(document["newestCommit"] as? Int == Int(db.latestCommit))
+            let consumers = try #require(document["consumers"] as? [[String: Any]])
+            #expect(consumers.first?["name"] as? String == "uploader")
+
+            let text = try ChildProcess.run(tool, ["history", db.path, "--after", "2", "--limit", "1"])
+            #expect(text.status == 0)
+            let lines = text.standardOutput.split(separator: "\n")
+            #expect(lines.count == 3, "\(text.standardOutput)")  // summary, consumer, one commit
+            #expect(lines.last?.hasPrefix("3  ") == true)
+            #expect(lines.last?.contains(#"removed notes["n1"]"#) == true)
+
+            let inspect = try ChildProcess.run(tool, ["inspect", db.path])
+            #expect(inspect.standardOutput.contains("history     "))
+            #expect(inspect.standardOutput.contains("consumer    'uploader' at commit 1, 3 behind"))
+            #expect(Self.bytes(db.path) == before, "a read-only tool changed a byte")
+        }
+    }
+
+    @Test func aDamagedRowStopsTheListingWithExitThreeAndAFileWithoutHistoryIsRefused() throws {
+        let tool = try #require(Self.tool)
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "sync")
+            for index in 0..<3 {
+                try writer.readWrite { try $0.set(index, forKey: "k\(index)", inCollection: "c") }
+            }
+            _ = try sqlite3(db.path, "UPDATE snapshotdb_history SET changes = x'01' WHERE number = 2;")
+            let result = try ChildProcess.run(tool, ["history", db.path])
+            #expect(result.status == 3)
+            #expect(result.standardOutput.contains("1  "))
+            #expect(result.standardError.contains("commit 2 is damaged"), "\(result.standardError)")
+        }
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("v2.sqlite").path
+            try run("/usr/bin/sqlite3", [path, OlderSchemas.version2])
+            let result = try ChildProcess.run(tool, ["history", path])
+            #expect(result.status == 2)
+            #expect(result.standardError.contains("no durable history"), "\(result.standardError)")
+        }
+    }
+}
