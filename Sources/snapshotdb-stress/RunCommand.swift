@@ -34,6 +34,13 @@ struct RunCommand: ParsableCommand {
     @Option(help: "The WAL size the run holds the database to: the checkpoint warning size.")
     var walBoundBytes: Int64 = 4 << 20
 
+    @Option(
+        help: """
+            Worker processes that write and read the same database beside this one (each with one \
+            writer and one bookmarked reader), so that changesets cross the process boundary.
+            """)
+    var processes = 0
+
     @Flag(inversion: .prefixedNo, help: "Kill child processes at random moments and check their database.")
     var crashRounds = true
 
@@ -46,6 +53,7 @@ struct RunCommand: ParsableCommand {
             throw ValidationError("--writers and --readers must be at least 1")
         }
         guard accounts >= 2 else { throw ValidationError("--accounts must be at least 2") }
+        guard processes >= 0 else { throw ValidationError("--processes must be 0 or more") }
         guard walBoundBytes >= 64 << 10 else {
             throw ValidationError("--wal-bound-bytes must be at least 64 KiB")
         }
@@ -74,7 +82,7 @@ struct RunCommand: ParsableCommand {
         let report = StressReport(
             seed: seed, directory: directory, durationSeconds: duration,
             elapsedSeconds: outcome.elapsedSeconds,
-            writers: writers, readers: readers, accounts: accounts,
+            writers: writers, processes: processes, readers: readers, accounts: accounts,
             commits: stats.commits, commitsPerSecond: Double(stats.commits) / outcome.elapsedSeconds,
             rolledBackTransactions: stats.rolledBack, failedSavepoints: stats.failedSavepoints,
             commitLatency: .init(stats.commitLatency),
@@ -120,6 +128,9 @@ struct RunCommand: ParsableCommand {
         configuration.journalSizeLimit = walBoundBytes / 4
         configuration.warningInterval = .seconds(1)
         configuration.checkpointLogger = capture.logger(label: "snapshotdb.checkpoint")
+        // Writers of several processes queue on SQLite's write lock, whose busy handler is not
+        // fair (it sleeps and retries): under this load one process can wait seconds.
+        if processes > 0 { configuration.busyTimeout = WorkerProcessCommand.busyTimeout }
         let database = try Database(path: path, configuration: configuration)
         // A view over the accounts, kept by every transfer; readers check it at each advance.
         // Registered before the bank is set up: every commit after the setup is one transfer.
@@ -161,7 +172,7 @@ struct RunCommand: ParsableCommand {
         let laggard = Laggard(
             connection: database.newConnection(name: Laggard.name), bank: bank, control: control,
             violations: violations, sampler: sampler, warnings: capture, events: events,
-            walBoundBytes: walBoundBytes)
+            walBoundBytes: walBoundBytes, checksRecovery: processes == 0)
         threads.append(WorkerThread(name: Laggard.name) { laggardReport.value = laggard.run() })
         if crashRounds {
             let crashPath = directory + "/crash.sqlite"
@@ -181,10 +192,50 @@ struct RunCommand: ParsableCommand {
                     crashReport.value = rounds.run()
                 })
         }
+        // Worker processes: started once every thread of this process runs, and given the time
+        // that is left.
+        var workers: [ChildProcess] = []
+        for index in 0..<processes {
+            workers.append(
+                try ChildProcess(
+                    executable: executable,
+                    arguments: [
+                        "worker-process", "--db", path, "--index", "\(index + 1)", "--duration",
+                        "\(max(1, duration - control.elapsedSeconds))", "--seed", "\(seed)",
+                        "--checkpoint-pages", "\(configuration.checkpointThresholdPages)",
+                    ]))
+        }
         for thread in threads { thread.join() }
+        for (index, worker) in workers.enumerated() {
+            let (termination, output, errorOutput) = worker.wait()
+            let lines = String(decoding: output, as: UTF8.self).split(separator: "\n")
+            guard case .exited(0) = termination, let last = lines.last,
+                let result = try? JSONDecoder().decode(WorkerProcessResult.self, from: Data(last.utf8))
+            else {
+                violations.record(
+                    "worker process \(index + 1) ended \(termination): "
+                        + String(decoding: errorOutput.suffix(500), as: UTF8.self))
+                continue
+            }
+            for message in result.violations { violations.record("worker process \(index + 1): \(message)") }
+            if result.violationCount > result.violations.count {
+                violations.record(
+                    "worker process \(index + 1): \(result.violationCount - result.violations.count) more violations"
+                )
+            }
+            var workerStats = WorkloadStats()
+            workerStats.commits = result.commits
+            workerStats.rolledBack = result.rolledBack
+            workerStats.failedSavepoints = result.failedSavepoints
+            workerStats.reads = result.reads
+            workerStats.advances = result.advances
+            workerStats.commitNumbers = result.commitNumbers
+            stats.add(workerStats)
+        }
         let elapsed = control.elapsedSeconds
 
-        let latest = database.latestCommit
+        // A read publishes every commit, those of the worker processes included.
+        let latest = try database.newConnection(name: "final").read { $0.commit }
         let changesReceived = changes.finish(through: latest, timeout: .seconds(10))
         let totals = stats.snapshot
         checkCommitNumbers(totals.commitNumbers, after: firstCommit, through: latest, violations: violations)

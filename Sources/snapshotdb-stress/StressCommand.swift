@@ -11,12 +11,14 @@ struct StressCommand: ParsableCommand {
             Writers make bank transfers (the total never changes) and log each one under its \
             commit number; bookmarked readers check their snapshots and every advance; a \
             connection named 'laggard' pins the WAL until the checkpoint monitor names it; child \
-            processes are killed with SIGKILL and their databases checked. Exits 0 only when \
-            every invariant held.
+            processes are killed with SIGKILL and their databases checked; with --processes, \
+            worker processes write and read the same database, and every advance over another \
+            process's commits is checked as exactly as over local ones. Exits 0 only when every \
+            invariant held.
             """,
         subcommands: [
             RunCommand.self, CrashChildCommand.self, PowerLossWorkloadCommand.self,
-            PowerLossCheckCommand.self,
+            PowerLossCheckCommand.self, WorkerProcessCommand.self,
         ],
         defaultSubcommand: RunCommand.self)
 }

@@ -168,12 +168,16 @@ final class ForeignCommitWatcher: Sendable {
             _ = try fix.step()
             fix.reset()
             handle.lookUpWALIndex()
-            let snapshotHeader = handle.walIndexHeader()
+            // The same header before `BEGIN` and once the snapshot is fixed is the snapshot's
+            // (headers never repeat); a header read only after could be a newer commit's, and
+            // must never be learnt for this snapshot's counter.
+            let after = handle.walIndexHeader()
+            let snapshotHeader = header.flatMap { $0 == after ? $0 : nil }
             let state = try database.commitState(of: handle, header: snapshotHeader, published: published)
             database.observe(commit: state.commit, reading: handle)
             if state.unsealed != 0 { database.writer.requestSeal(database) }
-            let changed = snapshotHeader != lastHeader
-            lastHeader = snapshotHeader
+            let changed = after != lastHeader
+            lastHeader = snapshotHeader ?? lastHeader
             return changed
         } catch {
             // A busy or damaged file: the next transaction of this process reports it; the

@@ -35,6 +35,7 @@ struct PowerLossWorkloadCommand: ParsableCommand {
             try writer.readWrite { txn in
                 try txn.setData(
                     Data(repeating: UInt8(commit % 251), count: 600), forKey: "k\(commit)", inCollection: "c")
+                txn.info = ["step": "\(commit)"]
             }
             try acknowledgements.write(contentsOf: Data("ack \(commit)\n".utf8))
             if commit == commits / 2 { try database.checkpoint(.truncate) }
@@ -43,8 +44,10 @@ struct PowerLossWorkloadCommand: ParsableCommand {
     }
 }
 
-/// Checks one replayed crash state with the library: it must open, and its commit counter must
-/// equal the number of values (each commit added one key). Prints `ok COMMIT KEYS` or `bad WHY`.
+/// Checks one replayed crash state with the library: it must open, its commit counter must
+/// equal the number of values (each commit added one key), and its durable history must hold
+/// exactly one changeset per commit, naming that commit's key and `info` (a commit and its
+/// history row are one atomic unit). Prints `ok COMMIT KEYS` or `bad WHY`.
 struct PowerLossCheckCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "power-loss-check", abstract: "Check a replayed crash state with the library.",
@@ -56,8 +59,8 @@ struct PowerLossCheckCommand: ParsableCommand {
     func run() throws {
         do {
             let database = try Database(path: db)
-            let (keys, counter) = try database.newConnection(name: "check").read { txn in
-                (try txn.keys(inCollection: "c"), txn.commit)
+            let (keys, counter, history) = try database.newConnection(name: "check").read { txn in
+                (try txn.keys(inCollection: "c"), txn.commit, try txn.changes(after: 0))
             }
             let numbers = keys.compactMap { Int($0.dropFirst()) }.sorted()
             guard numbers == Array(1...max(1, numbers.count)).prefix(numbers.count).map({ $0 }) else {
@@ -67,6 +70,21 @@ struct PowerLossCheckCommand: ParsableCommand {
             guard counter == UInt64(numbers.count) else {
                 print("bad commit counter \(counter) with \(numbers.count) keys")
                 return
+            }
+            guard history.map(\.commit) == Array(0..<counter).map({ $0 + 1 }) else {
+                print(
+                    "bad the history lists commits \(history.map(\.commit).prefix(10)) for counter \(counter)"
+                )
+                return
+            }
+            for changeset in history {
+                let commit = changeset.commit
+                guard changeset.setKeys == ["c": ["k\(commit)"]], changeset.info == ["step": "\(commit)"],
+                    changeset.removedKeys.isEmpty, !changeset.isExternal
+                else {
+                    print("bad the history row of commit \(commit) is not that commit's: \(changeset)")
+                    return
+                }
             }
             print("ok \(counter) \(numbers.count)")
         } catch {

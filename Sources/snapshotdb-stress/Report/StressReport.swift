@@ -22,6 +22,8 @@ struct StressReport: Codable, Sendable {
     var durationSeconds: Double
     var elapsedSeconds: Double
     var writers: Int
+    /// Worker processes beside the main one, each with one writer and one reader.
+    var processes = 0
     var readers: Int
     var accounts: Int
 
@@ -68,7 +70,8 @@ struct StressReport: Codable, Sendable {
         }
         lines.append(
             "snapshotdb-stress: \(formatSeconds(elapsedSeconds)) of \(formatSeconds(durationSeconds)), "
-                + "\(writers) writers, \(readers) readers, \(accounts) accounts, seed \(seed)")
+                + "\(writers) writers, \(readers) readers, \(accounts) accounts, seed \(seed)"
+                + (processes > 0 ? ", \(processes) worker processes" : ""))
         add(
             "commits",
             "\(commits) (\(rate(commitsPerSecond))/s), \(rolledBackTransactions) rolled back, "
@@ -118,6 +121,7 @@ struct StressReport: Codable, Sendable {
         recovery +=
             laggard.recoveredEventAfterSeconds.map { ", recovered event after \(formatSeconds($0))" }
             ?? ", no recovered event"
+        if let reason = laggard.recoveryNotChecked { recovery = "recovery not checked (\(reason))" }
         return [
             "held commit \(laggard.bookmarkCommit) for \(formatSeconds(laggard.heldSeconds)), WAL "
                 + "\(bytes(laggard.walBytesAtBookmark)) -> \(bytes(laggard.peakWALBytesWhileHeld))",

@@ -80,6 +80,24 @@ enum BookmarkChecks {
             try Bank.transfers(after: old.commit, through: new.commit, in: txn)
         }
         var replayed = old.balances
+        for (changeset, transfer) in zip(changes, transfers) {
+            // Exact, whichever process made the commit: the two accounts and the log entry it
+            // wrote, its info and its writer's name; nothing more.
+            let accounts: Set<String> = [Bank.accountKey(transfer.from), Bank.accountKey(transfer.to)]
+            violations.check(
+                changeset.setKeys == [
+                    Bank.accountsCollection: accounts, Bank.logCollection: [Bank.logKey(changeset.commit)],
+                ] && changeset.removedKeys.isEmpty && changeset.clearedCollections.isEmpty,
+                "\(name): changeset \(changeset.commit) is not its transfer's: \(changeset)")
+            violations.check(
+                changeset.connectionName == transfer.writer
+                    && changeset.info == [
+                        Bank.fromInfoKey: Bank.accountKey(transfer.from),
+                        Bank.toInfoKey: Bank.accountKey(transfer.to),
+                    ],
+                "\(name): changeset \(changeset.commit) names \(changeset.connectionName ?? "nil") and info "
+                    + "\(changeset.info), the log says \(transfer.writer)")
+        }
         for (commit, transfer) in zip(expected, transfers) {
             violations.check(
                 transfer.commit == commit, "\(name): log entry \(commit) records commit \(transfer.commit)")
