@@ -165,3 +165,31 @@ struct ConsumerTests {
         }
     }
 }
+
+extension ConsumerTests {
+    /// A smaller bound at the next open is applied by `purgeHistory()` at once, and says how
+    /// many rows it removed.
+    @Test func purgeHistoryAppliesANewBoundAtOnce() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("purge.sqlite").path
+            do {
+                let db = try Database(path: path)
+                let writer = db.newConnection(name: "writer")
+                for index in 0..<300 {
+                    try writer.readWrite { try $0.set(index, forKey: "k", inCollection: "c") }
+                }
+                #expect(try db.purgeHistory() == 0)
+                try db.close()
+            }
+            var configuration = Configuration()
+            configuration.historyRetention = HistoryRetention(commits: 100)
+            let db = try Database(path: path, configuration: configuration)
+            let purged = try db.purgeHistory()
+            #expect(purged == 200)
+            #expect(
+                try sqlite3(path, "SELECT min(number), max(number) FROM snapshotdb_history") == "200|300\n")
+            try db.close()
+            expectError(.databaseClosed) { try db.purgeHistory() }
+        }
+    }
+}

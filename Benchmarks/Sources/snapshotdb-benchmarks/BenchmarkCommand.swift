@@ -36,7 +36,7 @@ struct BenchmarkCommand: ParsableCommand {
     @Option(
         help: """
             Suites to run, comma-separated: core (issue 6's rows a–g), views, indexes, scaling, \
-            or all (default: core).
+            history, or all (default: core).
             """)
     var suite = "core"
 
@@ -60,6 +60,11 @@ struct BenchmarkCommand: ParsableCommand {
     }
 
     func run() throws {
+        // The writer child of row h-wake (the same binary, started by the history suite).
+        if let wakeWriter = ProcessInfo.processInfo.environment[wakeWriterKey] {
+            try runWakeWriter(wakeWriter)
+            return
+        }
         let suites = try selectedSuites()
         let sizes = quick ? Sizes.quick : Sizes.full
         let rounds = rounds ?? (quick ? 3 : 5)
@@ -151,6 +156,7 @@ struct BenchmarkCommand: ParsableCommand {
         case .views: return try runViewSuite(context)
         case .indexes: return try runIndexSuite(context)
         case .scaling: return try runScalingSuite(context)
+        case .history: return try runHistorySuite(context)
         }
     }
 

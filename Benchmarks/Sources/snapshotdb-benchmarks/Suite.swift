@@ -18,6 +18,9 @@ enum SuiteName: String, CaseIterable, Sendable {
     /// Costs against history and connections (issue 13): advance against database size, keys
     /// changed and commits jumped; commit cost against connections; memory after a laggard.
     case scaling
+    /// The durable history (issue 24): wake-up latency across processes, idle CPU,
+    /// `changes(after:)` against the changesets returned, bytes per commit, purge steps.
+    case history
 }
 
 /// What a suite gets from the command line.

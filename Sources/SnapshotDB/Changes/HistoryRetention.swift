@@ -36,6 +36,24 @@ public struct HistoryRetention: Sendable, Equatable {
     }
 }
 
+extension Database {
+    /// Purges the history past ``Configuration/historyRetention`` now, in the same bounded
+    /// steps as the automatic purge, and returns how many rows it removed. The automatic purge
+    /// runs after commits; call this to reclaim the space at once (before a backup, say).
+    ///
+    /// - Throws: `databaseClosed`; `busy` when another process kept SQLite's write lock.
+    @discardableResult
+    public func purgeHistory() throws(DatabaseError) -> Int {
+        try checkOpen()
+        let before = historyPurger.rowsPurged.load(ordering: .acquiring)
+        if historyPurger.purgeNow(self) == .busy {
+            throw DatabaseError(
+                .busy, "the history of \(path) could not be purged: another process is writing")
+        }
+        return historyPurger.rowsPurged.load(ordering: .acquiring) - before
+    }
+}
+
 /// Purges history past ``Configuration/historyRetention`` in bounded steps, off the commit path.
 final class HistoryPurger: Sendable {
     /// At most this many rows are deleted by one purge step (one write transaction).
@@ -47,8 +65,9 @@ final class HistoryPurger: Sendable {
     }
 
     private let state = Mutex(State())
-    /// How many purge steps ran (for tests and the benchmark).
+    /// How many purge steps ran, and how many rows they removed.
     let steps = Atomic<Int>(0)
+    let rowsPurged = Atomic<Int>(0)
 
     /// Called by the writer after each commit: asks for a purge every so many commits.
     func didCommit(_ commit: UInt64, database: Database) {
@@ -116,12 +135,15 @@ final class HistoryPurger: Sendable {
             let floor = try History.floor(on: handle)
             guard cutoff > floor else { return .done }
             let target = min(cutoff, floor + UInt64(Self.stepRows))
+            try handle.execute("DELETE FROM snapshotdb_history WHERE number < \(target)")
+            let removed = Int(handle.changes)
+            // In the purge's own transaction: a consumer is never dropped in a race with its
+            // acknowledgement (which takes the same write lock).
             try handle.execute(
-                "DELETE FROM snapshotdb_history WHERE number < \(target); "
-                    + "UPDATE snapshotdb_consumers SET expired = 1 WHERE expired = 0 AND position < \(target);"
-            )
+                "UPDATE snapshotdb_consumers SET expired = 1 WHERE expired = 0 AND position < \(target)")
             try handle.statement(.commit).execute()
             steps.add(1, ordering: .relaxed)
+            rowsPurged.add(removed, ordering: .relaxed)
             return target < cutoff ? .more : .done
         } catch {
             return error.code == .busy ? .busy : .done
