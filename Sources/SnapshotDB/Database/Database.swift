@@ -57,6 +57,8 @@ public final class Database: Sendable {
     let extensionCaches = ExtensionCaches()
     /// Publishes commits of other processes as they happen, once anything subscribed.
     let foreignCommitWatcher: ForeignCommitWatcher
+    /// The file's extension catalog as last read, for the writer's upkeep check.
+    let extensionCatalogCache = ExtensionCatalogCache()
     /// Purges history past ``Configuration/historyRetention``, off the commit path.
     let historyPurger = HistoryPurger()
 

@@ -98,6 +98,15 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         /// A named consumer fell behind the history's retention bound and was expired: the
         /// changes it had not acknowledged were purged. Its next read says so; reset it to go on.
         public static let consumerExpired = Code("consumerExpired")
+        /// An extension's tables are stale: a commit of a process that does not keep the
+        /// extension (it did not register it, or registered another version) changed the values
+        /// it derives from. The message names the commit, the process and the connection;
+        /// registering the extension again rebuilds it.
+        public static let extensionStale = Code("extensionStale")
+        /// The file holds another version of the extension than this process registered
+        /// (another process registered its own since). The message names both versions and the
+        /// other process; every process that writes must register the same version.
+        public static let extensionConflict = Code("extensionConflict")
         /// Any other SQLite error; ``DatabaseError/sqliteCode`` holds SQLite's result code.
         public static let sqlite = Code("sqlite")
 

@@ -27,6 +27,9 @@ internal import Foundation
 ///   SnapshotDB transaction gives the foreign change a commit number of its own and a changeset
 ///   with exactly those keys ("sealing").
 /// - `snapshotdb_consumers` holds the durable positions of named consumers (``Consumer``).
+/// - `snapshotdb_extension_state` holds, beside the extension catalog, the collections each
+///   extension derives from, who registered it, and whether a write left it stale
+///   (``ExtensionUpkeep``).
 enum Schema {
     /// `'SnDB'`, stored in the header's application id field.
     static let applicationID: Int32 = 0x536E_4442
@@ -52,6 +55,18 @@ enum Schema {
             collection TEXT NOT NULL,
             key TEXT NOT NULL,
             PRIMARY KEY (collection, key)
+        ) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS snapshotdb_extensions(
+            name TEXT PRIMARY KEY NOT NULL, kind TEXT NOT NULL, version TEXT NOT NULL) WITHOUT ROWID;
+        CREATE TABLE snapshotdb_extension_state(
+            name TEXT PRIMARY KEY NOT NULL,
+            collections TEXT,
+            registered_process INTEGER,
+            registered_commit INTEGER,
+            registered_connection TEXT,
+            stale_commit INTEGER,
+            stale_process INTEGER,
+            stale_connection TEXT
         ) WITHOUT ROWID;
         CREATE TABLE snapshotdb_consumers(
             name TEXT PRIMARY KEY NOT NULL,
@@ -229,7 +244,11 @@ enum Schema {
     static func requiredObjects(version: Int64) -> [String: [String]] {
         var tables = ["snapshotdb_meta", "snapshotdb_values"]
         if version >= 3 {
-            tables += ["snapshotdb_history", "snapshotdb_foreign_changes", "snapshotdb_consumers"]
+            tables += [
+                "snapshotdb_history", "snapshotdb_foreign_changes", "snapshotdb_consumers",
+                "snapshotdb_extensions",
+                "snapshotdb_extension_state",
+            ]
         }
         return [
             "table": tables,

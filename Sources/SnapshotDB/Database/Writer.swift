@@ -55,10 +55,18 @@ final class Writer: Sendable {
         lock.lock()
         defer { lock.unlock() }
         let start = try begin(handle, database: database)
+        let upkeep: ExtensionUpkeep
+        do {
+            upkeep = try database.extensionUpkeep(on: handle)
+        } catch {
+            connection.rollback(handle)
+            throw error
+        }
         connection.moveCache(to: start)
         connection.recordSnapshot(start)
         defer { connection.recordSnapshot(nil) }
         let transaction = ReadWriteTransaction(core: connection, commit: start)
+        transaction.extensionWriters.excluded = upkeep.excluded
         let result: T
         do {
             result = try body(transaction)
@@ -89,9 +97,15 @@ final class Writer: Sendable {
         }
         // Extensions (views, indexes) updated their tables with every write; what they report
         // of this commit travels in its changeset.
-        let extensionChanges: ExtensionChanges
+        var extensionChanges: ExtensionChanges
         do {
             extensionChanges = try transaction.extensionWriters.finish()
+            // Extensions of the file this process does not keep, whose values changed: marked
+            // stale in this commit, so that no reader takes their rows for current.
+            let stale = try markStale(
+                upkeep, changes: transaction.changes, commit: start + 1, connection: connection.name,
+                handle: handle, rebuilt: extensionChanges.reset)
+            extensionChanges.reset.formUnion(stale)
         } catch {
             connection.rollback(handle)
             throw error
@@ -136,6 +150,25 @@ final class Writer: Sendable {
         }
     }
 
+    /// Marks stale every extension of `upkeep.unmaintained` whose collections `changes` touched
+    /// (every one for `changes == nil`: foreign writes), except those this transaction rebuilt
+    /// or dropped itself; returns their names.
+    private func markStale(
+        _ upkeep: ExtensionUpkeep, changes: ChangesetBuilder?, commit: UInt64, connection: String?,
+        handle: SQLiteHandle, rebuilt: Set<String> = []
+    ) throws(DatabaseError) -> [String] {
+        guard !upkeep.unmaintained.isEmpty else { return [] }
+        let changed = Set(changes?.operations.map(\.collection) ?? [])
+        let clearedAll = changes?.clearedAllCollections ?? true
+        var marked: [String] = []
+        for entry in upkeep.unmaintained where !rebuilt.contains(entry.name) {
+            guard changes == nil || entry.observesAny(of: changed, clearedAll: clearedAll) else { continue }
+            try ExtensionCatalog.markStale(entry.name, commit: commit, connection: connection, handle: handle)
+            marked.append(entry.name)
+        }
+        return marked
+    }
+
     // MARK: Sealing foreign writes
 
     /// Gives the foreign writes of the open `BEGIN IMMEDIATE` transaction a commit number of
@@ -148,9 +181,12 @@ final class Writer: Sendable {
     {
         database.observe(commit: state.commit, reading: handle)
         let sealed = max(state.commit, database.latestCommit) + 1
-        // Foreign clients changed values without the extensions' upkeep: rebuild them, in the
-        // same transaction. The changeset resets every extension, so their readers reload.
-        try ExtensionWriters.rebuildAll(database, handle: handle)
+        // Foreign clients changed values without the extensions' upkeep: rebuild those this
+        // process keeps, in the same transaction, and mark the file's others stale. The
+        // changeset resets every extension, so their readers reload.
+        let upkeep = try database.extensionUpkeep(on: handle)
+        try ExtensionWriters.rebuildAll(database, handle: handle, excluding: upkeep.excluded)
+        _ = try markStale(upkeep, changes: nil, commit: sealed, connection: nil, handle: handle)
         var operations: [ChangesetBuilder.Operation] = []
         do throws(DatabaseError) {
             let noted = try handle.idleStatement(.foreignChanges)

@@ -119,17 +119,23 @@ extension ReadWriteTransaction {
         let handle = try core.handle()
         try handle.execute(ExtensionCatalog.create)
         let installed = try ExtensionCatalog.installed(definition.name, handle: handle)
+        // A version left stale by a process that does not keep it is rebuilt like a new one.
+        let isStale = try ExtensionCatalog.state(definition.name, handle: handle)?.staleCommit != nil
         if let installed, installed.kind == definition.kind,
-            installed.version == ExtensionCatalog.storedVersion(definition)
+            installed.version == ExtensionCatalog.storedVersion(definition), !isStale
         {
             core.database.setExtension(definition, named: definition.name)
+            extensionWriters.excluded.remove(definition.name)
             return
         }
         try ExtensionCatalog.dropTables(of: definition.name, handle: handle)
         let context = try core.extensionContext(named: definition.name, transaction: self)
         try definition.createTables(context)
         try ExtensionCatalog.record(definition, handle: handle)
+        try ExtensionCatalog.recordState(
+            definition, commit: commit + 1, connection: core.name, handle: handle)
         core.database.setExtension(definition, named: definition.name)
+        extensionWriters.excluded.remove(definition.name)
         try extensionWriters.rebuild(definition, context: context)
     }
 
@@ -143,6 +149,7 @@ extension ReadWriteTransaction {
         guard wasInstalled else { return }
         try ExtensionCatalog.dropTables(of: name, handle: handle)
         try ExtensionCatalog.forget(name, handle: handle)
+        try ExtensionCatalog.forgetState(name, handle: handle)
         extensionWriters.markReset(name)
     }
 }
@@ -159,15 +166,44 @@ extension ReadTransaction {
         } else if installedExtensions.contains(definition.name + "\u{0}" + definition.version) {
             return
         }
-        let installed = try? ExtensionCatalog.installed(definition.name, handle: core.handle())
-        guard let installed, installed.version == ExtensionCatalog.storedVersion(definition),
-            installed.kind == definition.kind
-        else {
+        let handle = try core.handle()
+        let installed = try ExtensionCatalog.installed(definition.name, handle: handle)
+        let state = try ExtensionCatalog.state(definition.name, handle: handle)
+        guard let installed else {
             throw DatabaseError(
                 .unknownExtension,
                 "extension '\(definition.name)' (version \(definition.version)) is not in the snapshot this "
                     + "transaction reads (commit \(commit)); advance the bookmark to a commit made after it was registered"
             )
+        }
+        guard installed.version == ExtensionCatalog.storedVersion(definition),
+            installed.kind == definition.kind
+        else {
+            let theirs =
+                installed.version.split(separator: ":", maxSplits: 1).last.map(String.init)
+                ?? installed.version
+            var who = "another registration"
+            if let process = state?.registeredProcess, let at = state?.registeredCommit {
+                who =
+                    "process \(process)"
+                    + (state?.registeredConnection.map { " (connection '\($0)')" } ?? "") + " at commit \(at)"
+            }
+            throw DatabaseError(
+                .extensionConflict,
+                "extension '\(definition.name)' is \(installed.kind) version '\(theirs)' in the file, registered by "
+                    + "\(who); this process registered \(definition.kind) version '\(definition.version)'. Every process "
+                    + "that writes must register the same version (registering it here again rebuilds it as yours)"
+            )
+        }
+        if let stale = state?.staleCommit {
+            throw DatabaseError(
+                .extensionStale,
+                "extension '\(definition.name)' is stale since commit \(stale): process "
+                    + "\(state?.staleProcess.map(String.init) ?? "?")"
+                    + (state?.staleConnection.map { " (connection '\($0)')" }
+                        ?? " (a foreign client's writes)")
+                    + " changed its values without keeping it (it did not register it, or registered another "
+                    + "version); register it again to rebuild it")
         }
         // A write transaction may register or drop extensions itself: it looks each time.
         if !isWrite { installedExtensions.insert(definition.name + "\u{0}" + definition.version) }

@@ -11,6 +11,9 @@ final class ExtensionWriters {
     /// The transaction these writers serve (its reads use the connection's value cache).
     weak var transaction: ReadTransaction?
     private var definitions: [any ExtensionDefinition]?
+    /// Registered extensions this transaction must not write: the file holds another version
+    /// of them, or none (see ``ExtensionUpkeep``).
+    var excluded: Set<String> = []
     private var writers: [String: any ExtensionWriter] = [:]
     private var reset: Set<String> = []
     /// How many savepoints are open: a writer made inside them starts with as many saved
@@ -26,7 +29,9 @@ final class ExtensionWriters {
     /// The writers of the registered extensions that observe `collection` (every one for `nil`).
     private func writers(for collection: String?) throws(DatabaseError) -> [any ExtensionWriter] {
         guard core.database.extensionCount.load(ordering: .acquiring) > 0 else { return [] }
-        if definitions == nil { definitions = core.database.extensionDefinitions() }
+        if definitions == nil {
+            definitions = core.database.extensionDefinitions().filter { !excluded.contains($0.name) }
+        }
         guard let definitions, !definitions.isEmpty else { return [] }
         var result: [any ExtensionWriter] = []
         for definition in definitions where collection.map(definition.observes) ?? true {
@@ -135,11 +140,13 @@ final class ExtensionWriters {
     /// Rebuilds every registered extension from the values, on `handle` inside an open write
     /// transaction: after foreign clients changed values without the extensions' upkeep (the
     /// writer calls this when it seals their writes).
-    static func rebuildAll(_ database: Database, handle: SQLiteHandle) throws(DatabaseError) {
+    static func rebuildAll(_ database: Database, handle: SQLiteHandle, excluding excluded: Set<String>)
+        throws(DatabaseError)
+    {
         guard database.extensionCount.load(ordering: .acquiring) > 0 else { return }
         let codecs = database.frozenCodecs()
         let json = JSONValueCodec()
-        for definition in database.extensionDefinitions() {
+        for definition in database.extensionDefinitions() where !excluded.contains(definition.name) {
             let context = ExtensionContext(handle: handle, name: definition.name) { codecs[$0] ?? json }
             try ExtensionCatalog.dropTables(of: definition.name, handle: handle)
             try definition.createTables(context)

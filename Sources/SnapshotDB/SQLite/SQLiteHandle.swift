@@ -92,6 +92,14 @@ final class SQLiteHandle {
         return try statement.step() ? statement.int64(at: 0) : nil
     }
 
+    /// Steps the cached statement `sql` once and returns the integer of its first column (a
+    /// pragma prepared once per handle).
+    func int64Statement(_ sql: SQL) throws(DatabaseError) -> Int64 {
+        let statement = try statement(sql)
+        defer { statement.reset() }
+        return try statement.step() ? statement.int64(at: 0) : 0
+    }
+
     /// Runs a query that returns one string.
     func string(_ sql: String) throws(DatabaseError) -> String? {
         let statement = try SQLiteStatement(handle: self, sql: sql, persistent: false)
