@@ -25,7 +25,7 @@ public struct HistoryRetention: Sendable, Equatable {
     /// How old the oldest kept commit may be at most.
     public var age: Duration
     /// About how many bytes of history rows are kept at most (the sizes of their `info` and
-    /// `changes` columns plus 48 bytes a row).
+    /// `changes` columns plus 48 bytes a row, estimated from the newest 256 rows).
     public var bytes: Int
 
     /// A retention bound; the defaults suit a phone.
@@ -119,20 +119,31 @@ final class HistoryPurger: Sendable {
     }
 
     /// One purge step on `handle`; never waits more than a few milliseconds for a writer.
+    ///
+    /// The bound is first checked in a read transaction, which takes no lock a writer waits
+    /// for and reads a few pages: only a history past its bound costs a write.
     func step(_ database: Database, handle: SQLiteHandle) -> Outcome {
+        let retention = database.configuration.historyRetention
+        do {
+            try handle.statement(.begin).execute()
+            let (cutoff, floor) = try Self.cutoff(retention, handle: handle)
+            try handle.rollback()
+            guard cutoff > floor else { return .done }
+        } catch {
+            try? handle.rollback()
+            return error.code == .busy ? .busy : .done
+        }
         let deadline = Date(timeIntervalSinceNow: Checkpointer.resetWait.timeInterval)
         guard database.writer.lock.lockWithPriority(before: deadline) else { return .busy }
         defer { database.writer.lock.unlock() }
         do {
-            let retention = database.configuration.historyRetention
             try handle.withBusyTimeout(Checkpointer.resetWait, restoring: database.configuration.busyTimeout)
             {
                 () throws(DatabaseError) in
                 try handle.statement(.beginImmediate).execute()
             }
             defer { try? handle.rollback() }
-            let cutoff = try Self.cutoff(retention, handle: handle)
-            let floor = try History.floor(on: handle)
+            let (cutoff, floor) = try Self.cutoff(retention, handle: handle)
             guard cutoff > floor else { return .done }
             let target = min(cutoff, floor + UInt64(Self.stepRows))
             try handle.execute("DELETE FROM snapshotdb_history WHERE number < \(target)")
@@ -150,27 +161,42 @@ final class HistoryPurger: Sendable {
         }
     }
 
-    /// The oldest commit the bound keeps (the new floor of the history): everything before it
-    /// is purged.
-    static func cutoff(_ retention: HistoryRetention, handle: SQLiteHandle) throws(DatabaseError) -> UInt64 {
+    /// How many of the newest rows give the average row size of the bytes bound's estimate.
+    static let sampleRows = 256
+
+    /// The oldest commit the bound keeps (the new floor of the history: everything before it is
+    /// purged), and the floor now. Reads a few pages, whatever the history's size:
+    /// - commits: the newest row's number less the bound;
+    /// - age: the dates of the rows the next step would purge (commit numbers grow with their
+    ///   dates; a clock set back only delays the purge);
+    /// - bytes: the rows past the floor times the average size of the newest rows.
+    static func cutoff(_ retention: HistoryRetention, handle: SQLiteHandle) throws(DatabaseError)
+        -> (cutoff: UInt64, floor: UInt64)
+    {
         let latest = try handle.int64("SELECT max(number) FROM snapshotdb_history") ?? 0
-        var cutoff = max(0, latest - Int64(max(0, retention.commits)))
+        let floor = try handle.int64("SELECT min(number) FROM snapshotdb_history") ?? 0
+        var cutoff = max(floor, latest - Int64(max(0, retention.commits)))
         let oldest = Date().timeIntervalSince1970 - retention.age.timeInterval
         if let tooOld = try handle.int64(
-            "SELECT max(number) FROM snapshotdb_history WHERE date < \(oldest) AND number < \(latest)")
+            """
+            SELECT max(number) FROM snapshotdb_history
+            WHERE number >= \(floor) AND number < min(\(latest), \(floor) + \(stepRows)) AND date < \(oldest)
+            """)
         {
             cutoff = max(cutoff, tooOld)
         }
-        if let overBytes = try handle.int64(
-            """
-            SELECT number FROM (SELECT number, sum(coalesce(length(info), 0) + coalesce(length(changes), 0) + 48)
-                OVER (ORDER BY number DESC) AS total FROM snapshotdb_history)
-            WHERE total > \(max(0, retention.bytes)) LIMIT 1
-            """)
+        let rows = latest - floor
+        if rows > 0,
+            let sample = try handle.int64(
+                """
+                SELECT avg(coalesce(length(info), 0) + coalesce(length(changes), 0) + 48) FROM snapshotdb_history
+                WHERE number > \(latest - Int64(sampleRows))
+                """), sample > 0
         {
-            cutoff = max(cutoff, overBytes)
+            let kept = Int64(max(0, retention.bytes)) / sample
+            if rows > kept { cutoff = max(cutoff, latest - kept) }
         }
         // The newest row is the commit counter: it is never purged.
-        return UInt64(max(0, min(cutoff, latest)))
+        return (UInt64(max(0, min(cutoff, latest))), UInt64(max(0, floor)))
     }
 }

@@ -196,13 +196,13 @@ extension ReadTransaction {
             )
         }
         if let stale = state?.staleCommit {
+            let process: String = state?.staleProcess.map { String($0) } ?? "?"
+            let connection: String =
+                state?.staleConnection.map { " (connection '\($0)')" } ?? " (a foreign client)"
             throw DatabaseError(
                 .extensionStale,
-                "extension '\(definition.name)' is stale since commit \(stale): process "
-                    + "\(state?.staleProcess.map(String.init) ?? "?")"
-                    + (state?.staleConnection.map { " (connection '\($0)')" }
-                        ?? " (a foreign client's writes)")
-                    + " changed its values without keeping it (it did not register it, or registered another "
+                "extension '\(definition.name)' is stale since commit \(stale): process \(process)\(connection) "
+                    + "changed its values without keeping it (it did not register it, or registered another "
                     + "version); register it again to rebuild it")
         }
         // A write transaction may register or drop extensions itself: it looks each time.
