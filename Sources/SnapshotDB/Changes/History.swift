@@ -1,5 +1,6 @@
 internal import CSQLite
 internal import Foundation
+internal import Synchronization
 
 #if canImport(Glibc)
     internal import Glibc
@@ -20,6 +21,19 @@ internal import Foundation
 enum History {
     /// This process's id, recorded with each of its commits.
     static let processID = Int32(getpid())
+
+    /// The state of the token sequence: a random start, then a step per token.
+    private static let tokenState = Atomic<UInt64>(UInt64.random(in: .min ... .max))
+
+    /// A token for a new history row: unique in practice, and unpredictable enough to tell one
+    /// history from another (SplitMix64 over a per-process random sequence). Drawn without a
+    /// system call: `Int64.random` asks the kernel (`getrandom`) every time, a syscall per commit.
+    static func nextToken() -> UInt64 {
+        var z = tokenState.wrappingAdd(0x9E37_79B9_7F4A_7C15, ordering: .relaxed).newValue
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
 
     /// One row to write.
     struct Row {
@@ -59,7 +73,7 @@ enum History {
         } else {
             try insert.bindNull(at: 5)
         }
-        try insert.bind(Int64.random(in: .min ... .max), at: 6)
+        try insert.bind(Int64(bitPattern: nextToken()), at: 6)
         if let info = HistoryCoding.encodeInfo(row.info) {
             try insert.bind(info, at: 7)
         } else {

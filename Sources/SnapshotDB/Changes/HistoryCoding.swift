@@ -45,21 +45,22 @@ enum HistoryCoding {
         writer.bytes.reserveCapacity(16 + operations.count * 24)
         writer.byte(formatVersion)
         writer.byte(clearedAll ? 1 : 0)
-        var runs: [Range<Int>] = []
+        // Runs of one collection: counted first, then written, with no array of them.
+        var runCount = 0
+        for index in operations.indices
+        where index == 0 || operations[index].collection != operations[index - 1].collection {
+            runCount += 1
+        }
+        writer.varint(UInt64(runCount))
         var start = 0
         while start < operations.count {
             var end = start + 1
             while end < operations.count, operations[end].collection == operations[start].collection {
                 end += 1
             }
-            runs.append(start..<end)
-            start = end
-        }
-        writer.varint(UInt64(runs.count))
-        for run in runs {
-            writer.string(operations[run.lowerBound].collection)
-            writer.varint(UInt64(run.count))
-            for operation in operations[run] {
+            writer.string(operations[start].collection)
+            writer.varint(UInt64(end - start))
+            for operation in operations[start..<end] {
                 switch operation.kind {
                 case .set:
                     writer.byte(0)
@@ -71,6 +72,7 @@ enum HistoryCoding {
                     writer.byte(2)
                 }
             }
+            start = end
         }
         extensions.encode(into: &writer)
         return writer.bytes

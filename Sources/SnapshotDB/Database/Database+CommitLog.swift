@@ -100,6 +100,11 @@ extension Database {
         through commit: UInt64, loaded: [Changeset], in state: inout DatabaseState
     ) -> [AsyncStream<Changeset>.Continuation] {
         guard commit > state.latestCommit else { return [] }
+        // The common publish: this process's own commit, the next number, nothing loaded.
+        if loaded.isEmpty, let pending = state.pending, pending.commits == state.latestCommit + 1...commit {
+            state.pending = nil
+            return appendToLog([pending], through: commit, in: &state)
+        }
         let now = Date()
         var published: [Changeset] = []
         var next = state.latestCommit + 1
@@ -132,6 +137,14 @@ extension Database {
             next = changeset.commit + 1
         }
         if next <= commit { append(.external(next...commit, date: now)) }
+        return appendToLog(published, through: commit, in: &state)
+    }
+
+    /// Appends `published` (the changesets through `commit`, in order) to the log, delivers
+    /// them, and returns the streams that overflowed.
+    private func appendToLog(
+        _ published: [Changeset], through commit: UInt64, in state: inout DatabaseState
+    ) -> [AsyncStream<Changeset>.Continuation] {
         var overflowed: [AsyncStream<Changeset>.Continuation] = []
         for changeset in published {
             state.commitLog.append(changeset)

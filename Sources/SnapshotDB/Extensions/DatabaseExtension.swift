@@ -205,6 +205,11 @@ extension ExtensionChanges {
     /// Appends the records and resets (see ``HistoryCoding``). A record that cannot be stored
     /// is written as a reset, so another process reloads that extension rather than miss a change.
     func encode(into writer: inout HistoryWriter) {
+        // The common commit: no extension recorded anything.
+        if byName.isEmpty && reset.isEmpty && !resetsAll {
+            writer.bytes.append(contentsOf: [0, 0, 0])
+            return
+        }
         var durable: [(String, any DurableExtensionRecord)] = []
         var resets = reset
         for (name, record) in byName.sorted(by: { $0.key < $1.key }) {
