@@ -19,7 +19,7 @@ case "${1:-}" in
 esac
 flags=(--sanitize=thread --scratch-path .build-tsan -Xswiftc -DSNAPSHOTDB_TSAN)
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
-suites='CheckpointConcurrencyTests|LongLivedReadTests|WriterContractTests|ViewTests|ViewSharingTests|TransactionTests|MisuseTests|ChangeSummaryTests|LifecycleTests|BusyTests'
+suites='CheckpointConcurrencyTests|LongLivedReadTests|WriterContractTests|ViewTests|ViewSharingTests|TransactionTests|MisuseTests|ChangeSummaryTests|LifecycleTests|BusyTests|HistoryTests|ConsumerTests'
 echo "tsan: building (a separate scratch path, .build-tsan)" >&2
 swift build --build-tests "${flags[@]}" >&2
 echo "tsan: concurrency suites" >&2

@@ -151,6 +151,7 @@ final class ForeignCommitWatcher: Sendable {
                 try opened.configureForSnapshotDB(
                     synchronous: database.configuration.synchronous,
                     journalSizeLimit: database.configuration.journalSizeLimit)
+                if database.checkpointing.replicator != nil { opened.setCheckpointsOnClose(false) }
                 handle = opened
             }
             guard let handle else { return false }

@@ -104,12 +104,17 @@ public struct ExternalReader: Sendable, Hashable {
     public let processName: String?
     /// The read-mark slot (0...4) the reader holds; slot 0 readers read the database file only.
     public let readMarkSlot: Int
+    /// Whether the reader is the external replicator the WAL is left to
+    /// (``Configuration/Checkpointing/external(replicator:)``): expected, and never named as a
+    /// laggard in the monitor's warnings.
+    public let isReplicator: Bool
 
     /// Creates a reader description; SnapshotDB creates these.
-    public init(processID: Int32, processName: String?, readMarkSlot: Int) {
+    public init(processID: Int32, processName: String?, readMarkSlot: Int, isReplicator: Bool = false) {
         self.processID = processID
         self.processName = processName
         self.readMarkSlot = readMarkSlot
+        self.isReplicator = isReplicator
     }
 }
 

@@ -76,7 +76,9 @@ extension Checkpointer {
         let culprits = candidates.filter {
             $0.pinnedBytes >= significantBytes || $0 == heaviest
         }
-        let explained = !culprits.isEmpty || !status.externalReaders.isEmpty
+        // The replicator's reader is expected: it explains no stall and is never named.
+        let unexpectedReaders = status.externalReaders.filter { !$0.isReplicator }
+        let explained = !culprits.isEmpty || !unexpectedReaders.isEmpty
         let warningBytes = configuration.walWarningBytes
         let interval = configuration.warningInterval
         let verdict = state.withLock { state -> Verdict in
@@ -120,7 +122,7 @@ extension Checkpointer {
             metrics.countWarning()
             // The culprit pinning the most first: the one a one-culprit line names.
             let names = Self.culpritNames(
-                culprits.sorted { $0.pinnedBytes > $1.pinnedBytes }, status.externalReaders)
+                culprits.sorted { $0.pinnedBytes > $1.pinnedBytes }, unexpectedReaders)
             logger.warning(
                 "\(Self.warningText(status, culprits: names))",
                 // The culprits are named once, in the message.
@@ -178,7 +180,9 @@ extension Checkpointer {
             holders
             .filter { $0.processID != ownProcess }
             .map {
-                ExternalReader(processID: $0.processID, processName: $0.processName, readMarkSlot: $0.slot)
+                ExternalReader(
+                    processID: $0.processID, processName: $0.processName, readMarkSlot: $0.slot,
+                    isReplicator: replicator != nil && $0.processName == replicator)
             }
     }
 

@@ -23,34 +23,18 @@ extension Checkpointer {
                 frames = result.walFrames
                 checkpointed = result.checkpointedFrames
             }
-            let truncate = passive.flatMap { _ in
-                Result { () throws(DatabaseError) in try perform(.truncate, busyTimeout: Self.resetWait) }
-            }
-            switch truncate {
-            case .success(let result) where result.isComplete:
-                frames = 0
-                checkpointed = 0
-                logger.notice(
-                    "\(walSize) (\((try? passive.get())?.walFrames ?? 0) frames); checkpointed and truncated it",
-                    metadata: metadata)
-            case .success:
-                let readers = externalReaders()
-                let culprits =
-                    readers.isEmpty
-                    ? "a reader in another process" : Self.culpritList(Self.culpritNames([], readers))
-                logger.warning(
-                    "\(walSize) (\(frames) frames, \(checkpointed) checkpointed); it cannot be reset while \(culprits) reads it",
-                    metadata: metadata)
-            case .failure(let error) where error.code == .readOnly:
-                // A `-shm` this process cannot write: readable, and nothing to warn about.
+            if let replicator {
+                // The WAL is the replicator's to reset: the PASSIVE pass is all.
                 logger.debug(
-                    "\(walSize); the database is read-only here, so it stays as it is (\(error.message))",
+                    "\(walSize) (\(frames) frames, \(checkpointed) checkpointed); the replicator '\(replicator)' resets it",
                     metadata: metadata)
-            case .failure(let error):
-                // A failed checkpoint says nothing about readers: name what failed.
-                logger.warning(
-                    "\(walSize); it could not be checkpointed: \(Self.openCheckpointFailure(error))",
-                    metadata: metadata)
+            } else {
+                let truncate = passive.flatMap { _ in
+                    Result { () throws(DatabaseError) in try perform(.truncate, busyTimeout: Self.resetWait) }
+                }
+                report(
+                    truncate, walSize: walSize, metadata: metadata, frames: &frames,
+                    checkpointed: &checkpointed)
             }
         }
         let generation = frames > 0 ? walGeneration.read() : nil
@@ -60,6 +44,39 @@ extension Checkpointer {
                 latestCommit: latest, frames: frames, checkpointed: checkpointed, generation: generation)
         }
         metrics.recordWALBytes(walBytes(frames: frames))
+    }
+
+    /// Logs how the open's truncating checkpoint ended.
+    private func report(
+        _ truncate: Result<CheckpointResult, DatabaseError>, walSize: String, metadata: Logger.Metadata,
+        frames: inout Int, checkpointed: inout Int
+    ) {
+        let walFrames = frames
+        switch truncate {
+        case .success(let result) where result.isComplete:
+            frames = 0
+            checkpointed = 0
+            logger.notice(
+                "\(walSize) (\(walFrames) frames); checkpointed and truncated it", metadata: metadata)
+        case .success:
+            let readers = externalReaders()
+            let culprits =
+                readers.isEmpty
+                ? "a reader in another process" : Self.culpritList(Self.culpritNames([], readers))
+            logger.warning(
+                "\(walSize) (\(frames) frames, \(checkpointed) checkpointed); it cannot be reset while \(culprits) reads it",
+                metadata: metadata)
+        case .failure(let error) where error.code == .readOnly:
+            // A `-shm` this process cannot write: readable, and nothing to warn about.
+            logger.debug(
+                "\(walSize); the database is read-only here, so it stays as it is (\(error.message))",
+                metadata: metadata)
+        case .failure(let error):
+            // A failed checkpoint says nothing about readers: name what failed.
+            logger.warning(
+                "\(walSize); it could not be checkpointed: \(Self.openCheckpointFailure(error))",
+                metadata: metadata)
+        }
     }
 
     /// Why the open's checkpoint failed, in words: a full disk first, since it is the usual

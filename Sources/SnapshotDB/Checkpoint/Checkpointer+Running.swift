@@ -36,7 +36,10 @@ extension Checkpointer {
             }
             previousBacklog = backlog
         }
-        if let passive = final, passive.isComplete, passive.walFrames > 0, canReset(before) {
+        // With an external replicator the WAL is its to reset: PASSIVE passes only.
+        if let passive = final, passive.isComplete, passive.walFrames > 0, canReset(before),
+            !leavesWALToReplicator()
+        {
             switch resetWAL(database) {
             case .reset(let result):
                 final = result
@@ -219,6 +222,12 @@ extension Checkpointer {
     func runExplicitly(_ mode: CheckpointMode, database: Database) throws(DatabaseError) -> CheckpointResult {
         if isOnQueue {
             throw DatabaseError(.misuse, "checkpoint(_:) was called from a checkpoint monitor callback")
+        }
+        if let replicator, mode == .restart || mode == .truncate {
+            throw DatabaseError(
+                .misuse,
+                "a \(mode) checkpoint would reset the WAL behind the external replicator '\(replicator)', which "
+                    + "reads it and resets it itself; run .passive or .full")
         }
         let outcome = queue.sync { () -> Result<CheckpointResult, DatabaseError> in
             let startedAt = ContinuousClock.now

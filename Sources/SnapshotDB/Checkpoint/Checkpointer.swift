@@ -65,12 +65,20 @@ final class Checkpointer: Sendable {
     let checkpointHandle: QueueConfinedHandle
     let walGeneration: WALGenerationReader
     let configuration: Configuration
+    /// The external replicator that resets the WAL (``Configuration/Checkpointing/external(replicator:)``),
+    /// or `nil` while this checkpointer does; set once, at open or when Litestream is found.
+    private let replicatorName: Mutex<String?>
+    var replicator: String? { replicatorName.withLock { $0 } }
     let path: String
     let pageSize: Int
     let metrics: CheckpointMetrics
     let logger: Logger
 
-    init(path: String, configuration: Configuration, pageSize: Int, handle: sending SQLiteHandle) {
+    init(
+        path: String, configuration: Configuration, pageSize: Int, handle: sending SQLiteHandle,
+        replicator: String? = nil
+    ) {
+        self.replicatorName = Mutex(replicator)
         self.path = path
         self.configuration = configuration
         self.pageSize = pageSize
@@ -85,6 +93,35 @@ final class Checkpointer: Sendable {
         logger[metadataKey: "snapshotdb_path"] = .string(path)
         self.logger = logger
         queue.setSpecific(key: Self.queueKey, value: ObjectIdentifier(self))
+    }
+
+    /// Leaves the WAL to Litestream from now on, if this file is replicated by it (its
+    /// `_litestream_seq` table appeared since the open) and the configuration lets SnapshotDB
+    /// choose; returns whether the WAL is left to a replicator. Runs on the queue, before a
+    /// reset: a Litestream started after the open is recognized before anything resets the WAL.
+    func leavesWALToReplicator() -> Bool {
+        if replicator != nil { return true }
+        guard configuration.checkpointing == .automatic else { return false }
+        let found = checkpointHandle.use(on: queue) { handle -> Bool in
+            (try? handle?.int64(Self.litestreamQuery)) == 1
+        }
+        guard found else { return false }
+        replicatorName.withLock { $0 = "litestream" }
+        announceLitestream()
+        return true
+    }
+
+    /// Whether a file is replicated by Litestream: its own table is there.
+    static let litestreamQuery =
+        "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = '_litestream_seq'"
+
+    /// The one log line that says the WAL is left to Litestream.
+    func announceLitestream() {
+        logger.notice(
+            """
+            Litestream replicates this file (its _litestream_seq table is here): the WAL is left to it; \
+            SnapshotDB runs PASSIVE checkpoints only and never resets the WAL
+            """, metadata: ["replicator": "litestream"])
     }
 
     var database: WeakDatabase? {

@@ -55,6 +55,9 @@ final class ConnectionCore: @unchecked Sendable {
         try handle.configureForSnapshotDB(
             synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
         handle.recordCommitFrames()
+        // SQLite's last connection checkpoints and deletes the WAL as it closes: never behind
+        // an external replicator's back.
+        if database.checkpointing.replicator != nil { handle.setCheckpointsOnClose(false) }
         openedHandle = handle
         return handle
     }

@@ -45,6 +45,33 @@ public struct Configuration: Sendable {
     /// that falls further behind has its stream finished (it never silently misses a commit).
     public var changesBufferLimit: Int = 10_000
 
+    /// Who resets the WAL. ``Checkpointing/automatic`` (the default): SnapshotDB's checkpointer
+    /// copies the WAL back and resets it (RESTART, TRUNCATE) when nothing pins it.
+    /// ``Checkpointing/external(replicator:)``: an external replicator (Litestream) reads the
+    /// WAL and resets it on its own schedule; SnapshotDB runs PASSIVE checkpoints only, and
+    /// nothing it runs (its checkpointer, ``Database/close()``, ``Database/vacuum()``) resets
+    /// the WAL behind the replicator.
+    ///
+    /// A file that Litestream replicates is recognized without configuration (its
+    /// `_litestream_seq` table is in the file) and gets `.external(replicator: "litestream")`,
+    /// with one log line at open; ``Database/checkpointing`` says which mode is in force.
+    public var checkpointing: Checkpointing = .automatic
+
+    /// Who resets the WAL (see ``Configuration/checkpointing``).
+    public enum Checkpointing: Sendable, Hashable {
+        /// SnapshotDB's checkpointer resets the WAL when nothing pins it.
+        case automatic
+        /// A replicator (its process name, as `/proc/PID/comm` gives it: "litestream") reads
+        /// and resets the WAL; SnapshotDB runs PASSIVE checkpoints only and expects its reader.
+        case external(replicator: String)
+
+        /// The replicator's process name in the external mode.
+        public var replicator: String? {
+            if case .external(let name) = self { return name }
+            return nil
+        }
+    }
+
     /// How much durable history the file keeps (``HistoryRetention``): by default the newest
     /// 10,000 commits, 7 days and 16 MiB of it, whichever is least.
     public var historyRetention = HistoryRetention()

@@ -51,7 +51,9 @@ extension Database {
         for connection in connections { connection.closeForDatabase() }
         // With no reader of this process left, the WAL can be copied back and truncated; a
         // reader of another process keeps it (SQLite then leaves the files for that process).
-        _ = try? checkpointer.runExplicitly(.truncate, database: self)
+        // (With an external replicator, a PASSIVE checkpoint only: the WAL is the replicator's.)
+        _ = try? checkpointer.runExplicitly(
+            checkpointing.replicator == nil ? .truncate : .passive, database: self)
         finishSubscribers()
         checkpointer.close()
         OpenFiles.release(path)
@@ -131,6 +133,7 @@ extension Database {
         try handle.configureForSnapshotDB(
             synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
         handle.recordCommitFrames()
+        if checkpointing.replicator != nil { handle.setCheckpointsOnClose(false) }
         writer.lock.lock()
         defer { writer.lock.unlock() }
         try handle.execute("VACUUM")

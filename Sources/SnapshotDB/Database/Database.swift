@@ -1,5 +1,6 @@
 internal import Dispatch
 internal import Foundation
+internal import Logging
 internal import Synchronization
 
 #if canImport(Glibc)
@@ -27,6 +28,13 @@ public final class Database: Sendable {
     public let path: String
     /// The configuration the database was opened with.
     public let configuration: Configuration
+    /// Who resets the WAL, as in force: ``Configuration/checkpointing``, or
+    /// `.external(replicator: "litestream")` for a file Litestream replicates (recognized by its
+    /// `_litestream_seq` table, at open or, for a Litestream started later, before the first
+    /// WAL reset) when the configuration says `.automatic`.
+    public var checkpointing: Configuration.Checkpointing {
+        checkpointer.replicator.map { .external(replicator: $0) } ?? .automatic
+    }
     /// The file's identity: a random number drawn when the file was created (or upgraded to
     /// durable history), kept by every copy of it. A ``HistoryPosition`` carries it, so that a
     /// position of another file is refused.
@@ -144,9 +152,15 @@ public final class Database: Sendable {
                 synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
             let latest = try setup.readCommitState().commit
             let identity = try setup.int64("SELECT value FROM snapshotdb_meta WHERE name = 'identity'")
+            var checkpointing = configuration.checkpointing
+            let replicated = try setup.int64(Checkpointer.litestreamQuery) == 1
+            if checkpointing == .automatic && replicated {
+                checkpointing = .external(replicator: "litestream")
+            }
             let pageSize = try setup.pageSize()
             isReadOnly = setup.isReadOnly
             if walHasFrames { setup.setCheckpointsOnClose(true) }
+            if checkpointing.replicator != nil { setup.setCheckpointsOnClose(false) }
             self.path = resolved
             self.configuration = configuration
             self.identity = UInt64(bitPattern: identity ?? 0)
@@ -154,7 +168,9 @@ public final class Database: Sendable {
             self.state = Mutex(DatabaseState(latestCommit: latest))
             self.publishedCommit.store(latest, ordering: .releasing)
             self.checkpointer = Checkpointer(
-                path: resolved, configuration: configuration, pageSize: pageSize, handle: setup)
+                path: resolved, configuration: configuration, pageSize: pageSize, handle: setup,
+                replicator: checkpointing.replicator)
+            if replicated && configuration.checkpointing == .automatic { checkpointer.announceLitestream() }
         } catch {
             OpenFiles.release(resolved)
             throw Self.explainUnwritableDirectory(error, path: resolved)
