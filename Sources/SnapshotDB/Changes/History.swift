@@ -57,8 +57,11 @@ enum History {
         }
     }
 
-    /// Writes `row` in the open write transaction on `handle`, with a fresh random token.
-    static func write(_ row: Row, on handle: SQLiteHandle) throws(DatabaseError) {
+    /// Writes `row` in the open write transaction on `handle`, with a fresh random token, which
+    /// it returns.
+    @discardableResult
+    static func write(_ row: Row, on handle: SQLiteHandle) throws(DatabaseError) -> UInt64 {
+        let token = nextToken()
         let insert = try handle.statement(.writeHistory)
         try insert.bind(Int64(bitPattern: row.number), at: 1)
         try insert.bind(row.kind.rawValue, at: 2)
@@ -73,7 +76,7 @@ enum History {
         } else {
             try insert.bindNull(at: 5)
         }
-        try insert.bind(Int64(bitPattern: nextToken()), at: 6)
+        try insert.bind(Int64(bitPattern: token), at: 6)
         if let info = HistoryCoding.encodeInfo(row.info) {
             try insert.bind(info, at: 7)
         } else {
@@ -85,6 +88,7 @@ enum History {
             try insert.bindNull(at: 8)
         }
         try insert.execute()
+        return token
     }
 
     /// The changesets of the commits in `(after, through]` that the history of the open
@@ -94,19 +98,40 @@ enum History {
     ///
     /// - Throws: `corrupt` naming the commit when a row is damaged (written by a foreign client),
     ///   or what SQLite reports.
-    static func changesets(after: UInt64, through: UInt64, on handle: SQLiteHandle, path: String)
-        throws(DatabaseError) -> [Changeset]
-    {
-        guard through > after else { return [] }
+    static func changesets(
+        after: UInt64, through: UInt64, limit: Int = .max, on handle: SQLiteHandle, path: String
+    ) throws(DatabaseError) -> [Changeset] {
+        try entries(after: after, through: through, limit: limit, on: handle, path: path).compactMap(
+            \.changeset)
+    }
+
+    /// One history row read back: its number, token and changeset (`nil` for a start row).
+    struct Entry {
+        let number: UInt64
+        let token: UInt64
+        let changeset: Changeset?
+    }
+
+    /// The rows of the commits in `(after, through]`, at most `limit` of them (the limit is
+    /// SQL's: a reader that asks for a few reads a few).
+    static func entries(
+        after: UInt64, through: UInt64, limit: Int = .max, on handle: SQLiteHandle, path: String
+    ) throws(DatabaseError) -> [Entry] {
+        guard through > after, limit > 0 else { return [] }
         let rows = try handle.idleStatement(.readHistory)
         defer { rows.reset() }
         try rows.bind(Int64(bitPattern: after), at: 1)
         try rows.bind(Int64(bitPattern: through), at: 2)
-        var changesets: [Changeset] = []
+        try rows.bind(Int64(min(limit, Int(Int64.max))), at: 3)
+        var entries: [Entry] = []
         while try rows.step() {
-            if let changeset = try changeset(of: rows, path: path) { changesets.append(changeset) }
+            entries.append(
+                Entry(
+                    number: UInt64(bitPattern: rows.int64(at: 0)),
+                    token: UInt64(bitPattern: rows.int64(at: 7)),
+                    changeset: try changeset(of: rows, path: path)))
         }
-        return changesets
+        return entries
     }
 
     /// The changeset of the current row of a ``SQL/readHistory`` statement; `nil` for a start row.

@@ -64,11 +64,16 @@ extension ReadTransaction {
     ///   whose history row a foreign client damaged; `transactionEnded` after the closure
     ///   returned.
     public func changes(after commit: UInt64) throws(DatabaseError) -> [Changeset] {
+        try changes(after: commit, limit: .max)
+    }
+
+    /// The first `limit` changesets after `commit` (a consumer's batch: it reads that many rows).
+    func changes(after commit: UInt64, limit: Int) throws(DatabaseError) -> [Changeset] {
         try checkActive()
         let handle = try core.handle()
         try checkReachable(commit, handle: handle)
         return try History.changesets(
-            after: commit, through: self.commit, on: handle, path: core.database.path)
+            after: commit, through: self.commit, limit: limit, on: handle, path: core.database.path)
     }
 
     /// The changesets of every commit after `position`, as ``changes(after:)-(UInt64)``, once

@@ -25,6 +25,13 @@ struct DatabaseState {
     /// The local commit registered just before its SQLite `COMMIT`, until it is published.
     /// There is at most one: commits of this process are made one at a time by the ``Writer``.
     var pending: Changeset?
+    /// The history token of the pending commit's row.
+    var pendingToken: UInt64?
+    /// The newest published commit and the token of its history row, when known: a snapshot
+    /// whose row under that number has another token (or none) is another history (older
+    /// contents were put back, and other commits made since), whose rows must not be taken
+    /// for the commits this process missed.
+    var latestToken: (commit: UInt64, token: UInt64)?
     /// Every connection's record, by id (see ``ConnectionRecord``).
     var connections: [Int: ConnectionRecord] = [:]
     var subscribers = Subscribers<Changeset>(finishesOverflowingStreams: true)
@@ -33,7 +40,10 @@ struct DatabaseState {
     /// The registered extensions, by name (see ``Database/register(_:)``).
     var extensions: [String: any ExtensionDefinition] = [:]
 
-    init(latestCommit: UInt64) { self.latestCommit = latestCommit }
+    init(latestCommit: UInt64, latestToken: UInt64? = nil) {
+        self.latestCommit = latestCommit
+        self.latestToken = latestToken.map { (latestCommit, $0) }
+    }
 }
 
 extension Database {
@@ -60,8 +70,11 @@ extension Database {
 
     /// Records a local commit about to be made, so that a reader who sees its counter before the
     /// writer publishes it still gets the exact changeset.
-    func registerPending(_ changeset: Changeset) {
-        state.withLock { $0.pending = changeset }
+    func registerPending(_ changeset: Changeset, token: UInt64) {
+        state.withLock { state in
+            state.pending = changeset
+            state.pendingToken = token
+        }
     }
 
     /// Forgets the pending commit whose SQLite `COMMIT` failed.
@@ -82,34 +95,46 @@ extension Database {
     func observe(commit: UInt64, reading handle: SQLiteHandle? = nil) {
         let published = publishedCommit.load(ordering: .acquiring)
         guard commit > published else { return }
-        var loaded: [Changeset] = []
-        if let handle {
+        var loaded: [History.Entry] = []
+        if let handle, !isAnotherHistory(handle, published: published) {
             // A damaged row (written by a foreign client) is published as external: a reader
             // must never stop at it. `ReadTransaction.changes(after:)` reports it as `corrupt`.
             let from = max(published, commit - min(commit, UInt64(configuration.commitLogRetention)))
-            loaded = (try? History.changesets(after: from, through: commit, on: handle, path: path)) ?? []
+            loaded = (try? History.entries(after: from, through: commit, on: handle, path: path)) ?? []
         }
         let overflowed = state.withLock { publish(through: commit, loaded: loaded, in: &$0) }
         // Finishing runs the stream's termination handler, which takes the state lock.
         for continuation in overflowed { continuation.finish() }
     }
 
+    /// Whether the snapshot on `handle` holds another history than the one this process
+    /// published up to `published`: the row of that commit has another token, or none.
+    private func isAnotherHistory(_ handle: SQLiteHandle, published: UInt64) -> Bool {
+        guard let known = state.withLock({ $0.latestToken }), known.commit == published else { return false }
+        return (try? History.token(of: published, on: handle)) != known.token
+    }
+
     /// Appends every commit up to `commit` to the log and delivers it; returns the streams that
     /// overflowed, for the caller to finish once the state lock is released.
     private func publish(
-        through commit: UInt64, loaded: [Changeset], in state: inout DatabaseState
+        through commit: UInt64, loaded entries: [History.Entry], in state: inout DatabaseState
     ) -> [AsyncStream<Changeset>.Continuation] {
         guard commit > state.latestCommit else { return [] }
         // The common publish: this process's own commit, the next number, nothing loaded.
-        if loaded.isEmpty, let pending = state.pending, pending.commits == state.latestCommit + 1...commit {
+        if entries.isEmpty, let pending = state.pending, pending.commits == state.latestCommit + 1...commit {
             state.pending = nil
+            state.latestToken = state.pendingToken.map { (commit, $0) }
             return appendToLog([pending], through: commit, in: &state)
         }
+        let loaded = entries.compactMap(\.changeset)
+        let tokens = Dictionary(entries.map { ($0.number, $0.token) }, uniquingKeysWith: { $1 })
         let now = Date()
         var published: [Changeset] = []
         var next = state.latestCommit + 1
         var known = loaded[...]
+        var tokenOf = tokens
         if let pending = state.pending, pending.commit >= next, pending.commit <= commit {
+            tokenOf[pending.commit] = state.pendingToken
             // The local commit's own changeset wins over its history row (the same content).
             known =
                 loaded.isEmpty
@@ -137,6 +162,7 @@ extension Database {
             next = changeset.commit + 1
         }
         if next <= commit { append(.external(next...commit, date: now)) }
+        state.latestToken = tokenOf[commit].map { (commit, $0) }
         return appendToLog(published, through: commit, in: &state)
     }
 

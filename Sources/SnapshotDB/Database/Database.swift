@@ -151,6 +151,7 @@ public final class Database: Sendable {
             try setup.configureForSnapshotDB(
                 synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
             let latest = try setup.readCommitState().commit
+            let latestToken = try History.token(of: latest, on: setup)
             let identity = try setup.int64("SELECT value FROM snapshotdb_meta WHERE name = 'identity'")
             var checkpointing = configuration.checkpointing
             let replicated = try setup.int64(Checkpointer.litestreamQuery) == 1
@@ -165,7 +166,7 @@ public final class Database: Sendable {
             self.configuration = configuration
             self.identity = UInt64(bitPattern: identity ?? 0)
             self.foreignCommitWatcher = ForeignCommitWatcher(path: resolved)
-            self.state = Mutex(DatabaseState(latestCommit: latest))
+            self.state = Mutex(DatabaseState(latestCommit: latest, latestToken: latestToken))
             self.publishedCommit.store(latest, ordering: .releasing)
             self.checkpointer = Checkpointer(
                 path: resolved, configuration: configuration, pageSize: pageSize, handle: setup,

@@ -187,11 +187,14 @@ final class Writer: Sendable {
         let upkeep = try database.extensionUpkeep(on: handle)
         try ExtensionWriters.rebuildAll(database, handle: handle, excluding: upkeep.excluded)
         _ = try markStale(upkeep, changes: nil, commit: sealed, connection: nil, handle: handle)
+        // A counter below what this process published is older contents put back from outside:
+        // the keys the triggers noted (perhaps in the backup) do not say what changed.
+        let isRestore = state.commit < database.latestCommit
         var operations: [ChangesetBuilder.Operation] = []
         do throws(DatabaseError) {
             let noted = try handle.idleStatement(.foreignChanges)
             defer { noted.reset() }
-            while try noted.step() {
+            while !isRestore, try noted.step() {
                 operations.append(
                     .init(
                         kind: noted.int64(at: 2) != 0 ? .set : .remove, collection: noted.string(at: 0),
@@ -322,14 +325,15 @@ final class Writer: Sendable {
         database: Database, writer connection: ConnectionCore?
     ) throws(DatabaseError) {
         let commit = changeset.commit
+        let token: UInt64
         do throws(DatabaseError) {
-            try History.write(history, on: handle)
+            token = try History.write(history, on: handle)
             if sealing { try handle.statement(.sealExternal).execute() }
         } catch {
             try? handle.rollback()
             throw error
         }
-        database.registerPending(changeset)
+        database.registerPending(changeset, token: token)
         // Release the writer's snapshot before `COMMIT`: once SQLite commits, a reader may
         // publish this commit from the pending changeset before this thread runs again, and the
         // monitor must never see a writer's start commit as lagging behind its own commit. A

@@ -305,8 +305,8 @@ enum SQL: Int, CaseIterable {
                 """
         case .readHistory:
             return """
-                SELECT number, kind, date, process, connection, info, changes FROM snapshotdb_history
-                WHERE number > ?1 AND number <= ?2 ORDER BY number
+                SELECT number, kind, date, process, connection, info, changes, token FROM snapshotdb_history
+                WHERE number > ?1 AND number <= ?2 ORDER BY number LIMIT ?3
                 """
         case .historyFloor: return "SELECT min(number) FROM snapshotdb_history"
         case .historyToken: return "SELECT token FROM snapshotdb_history WHERE number = ?1"
