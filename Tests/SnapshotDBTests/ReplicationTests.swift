@@ -227,6 +227,11 @@ struct LitestreamTests {
                 return try Self.counter(probe) == latest
             }
             let savedPosition = try writer.read { try $0.position() }
+            // From outside, the tool names Litestream's reader as the replicator.
+            let snapshotdb = try #require(HistoryToolTests.tool)
+            let report = try ChildProcess.run(snapshotdb, ["inspect", path])
+            #expect(
+                report.standardOutput.contains("(litestream, the replicator)"), "\(report.standardOutput)")
             _ = Foundation.kill(litestream.processID, SIGTERM)
             _ = litestream.finish()
 

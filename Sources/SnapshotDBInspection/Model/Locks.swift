@@ -103,10 +103,15 @@ public struct LockHolder: Sendable, Codable, Hashable {
         self.source = source
     }
 
-    /// `1234 (python3)`; without a pid, `an unknown process (openFileDescription lock)`.
+    /// Whether the holder is Litestream: the replicator a SnapshotDB file leaves its WAL to,
+    /// whose reader is expected (SnapshotDB's `Configuration.Checkpointing.external`).
+    public var isReplicator: Bool { processName == "litestream" }
+
+    /// `1234 (python3)`, `1234 (litestream, the replicator)`; without a pid, `an unknown
+    /// process (openFileDescription lock)`.
     public var displayName: String {
         guard let pid else { return "an unknown process (\(kind.rawValue) lock)" }
-        return processName.map { "\(pid) (\($0))" } ?? "\(pid)"
+        return processName.map { "\(pid) (\($0)\(isReplicator ? ", the replicator" : ""))" } ?? "\(pid)"
     }
 }
 
