@@ -200,7 +200,7 @@ struct LitestreamTests {
             let firstBatch = db.latestCommit
             let probe = directory.appendingPathComponent("probe.sqlite").path
             try Self.waitFor("the first batch in the replica") {
-                try Self.restore(tool, replica: replica, to: probe)
+                guard (try? Self.restore(tool, replica: replica, to: probe)) != nil else { return false }
                 return try Self.counter(probe) == firstBatch
             }
             // Litestream's timestamps: a point in time a second after the first batch was in the
@@ -223,7 +223,7 @@ struct LitestreamTests {
                 #expect(ViewTests.apply(rowChanges, to: oldRows) == ViewTests.rows(view))
             }
             try Self.waitFor("the last commit in the replica") {
-                try Self.restore(tool, replica: replica, to: probe)
+                guard (try? Self.restore(tool, replica: replica, to: probe)) != nil else { return false }
                 return try Self.counter(probe) == latest
             }
             let savedPosition = try writer.read { try $0.position() }
@@ -277,6 +277,86 @@ struct LitestreamTests {
             #expect(
                 earlier >= firstBatch && earlier < latest, "restored \(earlier), first batch \(firstBatch)")
             #expect(try isIntact(earlierPath))
+        }
+    }
+}
+
+extension LitestreamTests {
+    /// A replica that is missing or damaged restores to Litestream's error and no file; a
+    /// partial one (its newest files lost) restores to an older commit whose history says so:
+    /// a position saved at the newest commit is `historyMismatch` there, never answered.
+    @Test(.enabled(if: LitestreamTests.litestream != nil))
+    func aMissingDamagedOrPartialReplicaNeverRestoresSilentlyShort() throws {
+        let tool = try #require(Self.litestream)
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("app.sqlite").path
+            let replica = directory.appendingPathComponent("replica").path
+            let db = try Database(path: path)
+            let writer = db.newConnection(name: "writer")
+            try Self.writeNotes(writer, 0..<5)
+            let litestream = try ChildProcess(tool, ["replicate", path, "file://" + replica])
+            defer {
+                _ = Foundation.kill(litestream.processID, SIGTERM)
+                _ = litestream.finish()
+            }
+            let probe = directory.appendingPathComponent("probe.sqlite").path
+            try Self.waitFor("the first commits in the replica") {
+                // Until Litestream's first sync the replica is empty and restoring fails.
+                guard (try? Self.restore(tool, replica: replica, to: probe)) != nil else { return false }
+                return try Self.counter(probe) == db.latestCommit
+            }
+            let middle = db.latestCommit
+            Thread.sleep(forTimeInterval: 1.1)  // the next commits in later replica files
+            try Self.writeNotes(writer, 5..<10)
+            try Self.waitFor("the last commits in the replica") {
+                guard (try? Self.restore(tool, replica: replica, to: probe)) != nil else { return false }
+                return try Self.counter(probe) == db.latestCommit
+            }
+            let saved = try writer.read { try $0.position() }
+            _ = Foundation.kill(litestream.processID, SIGTERM)
+            _ = litestream.finish()
+
+            let out = directory.appendingPathComponent("out.sqlite").path
+            let missing = try ChildProcess.run(
+                tool, ["restore", "-o", out, "file://" + directory.appendingPathComponent("nowhere").path])
+            #expect(missing.status != 0)
+            #expect(missing.standardError.contains("no matching backup"), "\(missing.standardError)")
+            #expect(!FileManager.default.fileExists(atPath: out))
+
+            // The newest replica file with one byte flipped: its checksum (or its compression)
+            // refuses it.
+            let files = try FileManager.default.subpathsOfDirectory(atPath: replica)
+                .filter { $0.hasSuffix(".ltx") }.sorted()
+            let damagedReplica = directory.appendingPathComponent("damaged").path
+            try FileManager.default.copyItem(atPath: replica, toPath: damagedReplica)
+            let newest = damagedReplica + "/" + files.last!
+            var bytes = try Data(contentsOf: URL(fileURLWithPath: newest))
+            bytes[bytes.count / 2] ^= 0xFF
+            try bytes.write(to: URL(fileURLWithPath: newest))
+            let damaged = try ChildProcess.run(tool, ["restore", "-o", out, "file://" + damagedReplica])
+            #expect(damaged.status != 0)
+            #expect(damaged.standardError.contains("Error: decode"), "\(damaged.standardError)")
+            #expect(!FileManager.default.fileExists(atPath: out))
+
+            // The files written after the middle commit lost: an older, consistent commit.
+            let partialReplica = directory.appendingPathComponent("partial").path
+            try FileManager.default.copyItem(atPath: replica, toPath: partialReplica)
+            let modified = try files.map { file -> (String, Date) in
+                let attributes = try FileManager.default.attributesOfItem(atPath: replica + "/" + file)
+                return (file, attributes[.modificationDate] as? Date ?? .distantPast)
+            }
+            let cut = try #require(modified.map(\.1).sorted().last).addingTimeInterval(-1.0)
+            for (file, date) in modified where date > cut {
+                try FileManager.default.removeItem(atPath: partialReplica + "/" + file)
+            }
+            try Self.restore(tool, replica: partialReplica, to: out)
+            let restored = try #require(try Self.counter(out))
+            #expect(
+                restored >= middle && restored < db.latestCommit, "restored \(restored), middle \(middle)")
+            #expect(try isIntact(out))
+            let copy = try Database(path: out)
+            let reader = copy.newConnection(name: "reader")
+            expectError(.historyMismatch) { try reader.read { try $0.changes(after: saved) } }
         }
     }
 }
