@@ -36,7 +36,7 @@ struct BenchmarkCommand: ParsableCommand {
     @Option(
         help: """
             Suites to run, comma-separated: core (issue 6's rows a–g), views, indexes, scaling, \
-            history, or all (default: core).
+            history, replication (needs litestream on PATH), or all (default: core).
             """)
     var suite = "core"
 
@@ -157,6 +157,7 @@ struct BenchmarkCommand: ParsableCommand {
         case .indexes: return try runIndexSuite(context)
         case .scaling: return try runScalingSuite(context)
         case .history: return try runHistorySuite(context)
+        case .replication: return try runReplicationSuite(context)
         }
     }
 

@@ -21,6 +21,9 @@ enum SuiteName: String, CaseIterable, Sendable {
     /// The durable history (issue 24): wake-up latency across processes, idle CPU,
     /// `changes(after:)` against the changesets returned, bytes per commit, purge steps.
     case history
+    /// Real Litestream beside SnapshotDB (issue 25): commit throughput while it replicates,
+    /// replication lag, restore time.
+    case replication
 }
 
 /// What a suite gets from the command line.
