@@ -147,28 +147,10 @@ struct RunCommand: ParsableCommand {
         let crashReport = ResultBox(CrashReport())
 
         var threads = [WorkerThread(name: "wal-sampler") { sampler.run(control: control) }]
-        for index in 1...writers {
-            let connection = database.newConnection(name: "writer-\(index)")
-            let random = SplitMix64.forWorker(index, seed: seed)
-            threads.append(
-                WorkerThread(name: connection.name) {
-                    var writer = Writer(
-                        connection: connection, bank: bank, control: control, violations: violations,
-                        random: random)
-                    stats.add(writer.run())
-                })
-        }
-        for index in 1...readers {
-            let connection = database.newConnection(name: "reader-\(index)")
-            let random = SplitMix64.forWorker(1_000 + index, seed: seed)
-            threads.append(
-                WorkerThread(name: connection.name) {
-                    var reader = Reader(
-                        connection: connection, bank: bank, control: control, violations: violations,
-                        random: random)
-                    stats.add(reader.run())
-                })
-        }
+        threads += startWorkload(
+            database: database, bank: bank, control: control, violations: violations, stats: stats,
+            writers: writers, readers: readers, seed: seed, writerName: { "writer-\($0)" },
+            readerName: { "reader-\($0)" })
         let laggard = Laggard(
             connection: database.newConnection(name: Laggard.name), bank: bank, control: control,
             violations: violations, sampler: sampler, warnings: capture, events: events,

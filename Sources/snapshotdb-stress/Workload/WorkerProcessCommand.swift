@@ -51,30 +51,11 @@ struct WorkerProcessCommand: ParsableCommand {
         let control = RunControl(duration: .seconds(duration))
         let violations = Violations()
         let stats = StatsCollector()
-        var threads: [WorkerThread] = []
-        for number in 1...max(1, writers) {
-            // "writer-" first: the parent's changes() checker expects every writer's name so.
-            let connection = database.newConnection(name: "writer-p\(index)-\(number)")
-            let random = SplitMix64.forWorker(10_000 * index + number, seed: seed)
-            threads.append(
-                WorkerThread(name: connection.name) {
-                    var writer = Writer(
-                        connection: connection, bank: bank, control: control, violations: violations,
-                        random: random)
-                    stats.add(writer.run())
-                })
-        }
-        for number in 1...max(1, readers) {
-            let connection = database.newConnection(name: "reader-p\(index)-\(number)")
-            let random = SplitMix64.forWorker(20_000 * index + number, seed: seed)
-            threads.append(
-                WorkerThread(name: connection.name) {
-                    var reader = Reader(
-                        connection: connection, bank: bank, control: control, violations: violations,
-                        random: random)
-                    stats.add(reader.run())
-                })
-        }
+        // "writer-" first: the parent's changes() checker expects every writer's name so.
+        let threads = startWorkload(
+            database: database, bank: bank, control: control, violations: violations, stats: stats,
+            writers: writers, readers: readers, seed: seed, seedBase: 10_000 * index,
+            writerName: { "writer-p\(index)-\($0)" }, readerName: { "reader-p\(index)-\($0)" })
         for thread in threads { thread.join() }
         try database.close()
         let totals = stats.snapshot

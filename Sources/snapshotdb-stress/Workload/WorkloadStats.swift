@@ -1,3 +1,4 @@
+internal import SnapshotDB
 internal import Synchronization
 
 /// What the writers and readers of a run did; each worker keeps its own and merges it into a
@@ -32,4 +33,39 @@ final class StatsCollector: Sendable {
     func add(_ stats: WorkloadStats) { total.withLock { $0.merge(stats) } }
 
     var snapshot: WorkloadStats { total.withLock { $0 } }
+}
+
+/// The writer and bookmarked-reader threads of one process of a run, started: `writers`
+/// writers named `writerName(i)` and `readers` readers named `readerName(i)` (1-based), each
+/// with its own random sequence drawn from `seed` and the worker number `seedBase + i` (writers)
+/// or `seedBase + 1_000 + i` (readers), merging what they did into `stats` when they stop.
+func startWorkload(
+    database: Database, bank: BankInfo, control: RunControl, violations: Violations, stats: StatsCollector,
+    writers: Int, readers: Int, seed: UInt64, seedBase: Int = 0,
+    writerName: (Int) -> String, readerName: (Int) -> String
+) -> [WorkerThread] {
+    var threads: [WorkerThread] = []
+    for index in 1...max(1, writers) {
+        let connection = database.newConnection(name: writerName(index))
+        let random = SplitMix64.forWorker(seedBase + index, seed: seed)
+        threads.append(
+            WorkerThread(name: connection.name) {
+                var writer = Writer(
+                    connection: connection, bank: bank, control: control, violations: violations,
+                    random: random)
+                stats.add(writer.run())
+            })
+    }
+    for index in 1...max(1, readers) {
+        let connection = database.newConnection(name: readerName(index))
+        let random = SplitMix64.forWorker(seedBase + 1_000 + index, seed: seed)
+        threads.append(
+            WorkerThread(name: connection.name) {
+                var reader = Reader(
+                    connection: connection, bank: bank, control: control, violations: violations,
+                    random: random)
+                stats.add(reader.run())
+            })
+    }
+    return threads
 }
