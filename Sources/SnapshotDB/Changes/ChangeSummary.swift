@@ -11,7 +11,8 @@
 /// if let keys = summary.changedKeys(inCollection: "items") { refresh(keys) } else { reloadAll() }
 /// ```
 ///
-/// A batch that holds an external changeset (a commit made outside this `Database`) or a
+/// A batch that holds an external changeset (commits whose keys are unknown: history purged
+/// before this process read it, older contents put back from outside) or a
 /// `removeAllCollections()` may have changed anything: every question answers `true`, and
 /// ``changedKeys(inCollection:)`` answers `nil` ("reload the collection"), as it does for a
 /// collection that `removeAll(inCollection:)` cleared.

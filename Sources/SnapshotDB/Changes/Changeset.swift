@@ -80,7 +80,7 @@ public struct Changeset: Sendable, Hashable {
         self.isExternal = isExternal
     }
 
-    /// The external changeset of the commits `commits`, made outside this `Database`.
+    /// The external changeset of the commits `commits`, whose keys are unknown.
     static func external(_ commits: ClosedRange<UInt64>, date: Date = Date()) -> Changeset {
         Changeset(
             commits: commits, keys: ChangedKeys(KeySets()), clearedAllCollections: false, connectionName: nil,

@@ -201,7 +201,7 @@ public final class Database: Sendable {
     /// The newest commit this process knows of.
     ///
     /// Commits by other processes become known when a connection of this database next begins
-    /// a transaction.
+    /// a transaction, or at once while anything subscribes to ``changes()`` (its watcher).
     public var latestCommit: UInt64 { state.withLock { $0.latestCommit } }
 
     /// Registers `codec` for the values of `collection`; values of other collections keep the

@@ -12,10 +12,12 @@ internal import Synchronization
 /// 2. **Begin.** `BEGIN IMMEDIATE` takes SQLite's write lock, so the snapshot is the newest
 ///    commit and stays the transaction's own until `COMMIT` (``begin(_:database:)``). Its
 ///    commit counter is known from the WAL-index header when a transaction of this database
-///    already read that header's counter, and read from `snapshotdb_meta` otherwise.
+///    already read that header's counter, and read from the newest row of `snapshotdb_history`
+///    otherwise. Commits of other processes found here are published with their history rows;
+///    the extension catalog is compared with this process's registry (``ExtensionUpkeep``).
 /// 3. **Seal.** Values changed by foreign clients (the `sqlite3` shell) carry no commit number;
-///    the schema's triggers count them. Found here, they are committed first as a commit of
-///    their own, with an external changeset (``seal(_:on:database:)``).
+///    the schema's triggers count them and note their keys. Found here, they are committed
+///    first as a commit of their own, with a changeset of those keys (``seal(_:on:database:)``).
 /// 4. **Run the caller's closure.** Reads see the transaction's own writes; savepoints nest.
 ///    A closure that throws, rolls back or changes nothing ends with `ROLLBACK` and makes no
 ///    commit.
