@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Testing
 
 @testable import SnapshotDB
@@ -109,6 +110,36 @@ struct LifecycleTests {
             try writer.readWrite { try $0.set(Item(title: "next"), forKey: "next", inCollection: "c") }
             #expect(db.latestCommit == 3)
             #expect(try isIntact(db.path))
+        }
+    }
+}
+
+extension LifecycleTests {
+    /// Timeline: a python3 reader holds a read transaction on the WAL | close(), with a busy
+    /// timeout of 30 s: a truncating checkpoint would wait for that reader, so close runs a
+    /// PASSIVE one, says so, and returns at once; the WAL stays for the reader.
+    @Test func closeDoesNotWaitForAReaderOfAnotherProcess() throws {
+        let logs = LogCapture()
+        var configuration = Configuration()
+        configuration.busyTimeout = .seconds(30)
+        configuration.checkpointLogger = logs.logger
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("close.sqlite").path
+            let db = try Database(path: path, configuration: configuration)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(Item(title: "a"), forKey: "a", inCollection: "c") }
+            let reader = try SQLiteChild(
+                path: path, statements: ["BEGIN", "SELECT count(*) FROM snapshotdb_values"])
+            try writer.readWrite { try $0.set(Item(title: "b"), forKey: "b", inCollection: "c") }
+            let clock = ContinuousClock()
+            let start = clock.now
+            try db.close()
+            #expect(clock.now - start < .seconds(10), "close waited for the other process's reader")
+            #expect(fileSize(path + "-wal") > 0)
+            #expect(
+                logs.messages(at: .notice).contains { $0.contains("reads the WAL") },
+                "\(logs.messages(at: .notice))")
+            try reader.release()
         }
     }
 }

@@ -1,4 +1,5 @@
 internal import Foundation
+internal import Logging
 internal import Synchronization
 
 #if canImport(Glibc)
@@ -51,9 +52,21 @@ extension Database {
         for connection in connections { connection.closeForDatabase() }
         // With no reader of this process left, the WAL can be copied back and truncated; a
         // reader of another process keeps it (SQLite then leaves the files for that process).
-        // (With an external replicator, a PASSIVE checkpoint only: the WAL is the replicator's.)
-        _ = try? checkpointer.runExplicitly(
-            checkpointing.replicator == nil ? .truncate : .passive, database: self)
+        // Closing never waits on other processes: while one reads the WAL, a truncating
+        // checkpoint would wait for it (up to the busy timeout), so it gets a PASSIVE one. (With
+        // an external replicator, PASSIVE too: the WAL is the replicator's.)
+        let ownProcess = getpid()
+        let foreignReaders = (ReadMarkProbe.holders(databasePath: path) ?? []).filter {
+            $0.slot > 0 && $0.processID != ownProcess
+        }
+        if checkpointing.replicator == nil, let reader = foreignReaders.first {
+            checkpointer.logger.notice(
+                "closing while process \(reader.processID) reads the WAL: checkpointed (PASSIVE) and left to it",
+                metadata: ["reader_pid": "\(reader.processID)"])
+        }
+        let mode: CheckpointMode =
+            checkpointing.replicator == nil && foreignReaders.isEmpty ? .truncate : .passive
+        _ = try? checkpointer.runExplicitly(mode, database: self)
         finishSubscribers()
         checkpointer.close()
         OpenFiles.release(path)
