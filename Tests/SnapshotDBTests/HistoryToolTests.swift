@@ -8,14 +8,7 @@ import Testing
 @Suite("snapshotdb history")
 struct HistoryToolTests {
     /// `snapshotdb`, built beside the test bundle.
-    static let tool: String? = {
-        let directory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-            .deletingLastPathComponent()
-        let candidates = [directory, directory.deletingLastPathComponent()].map {
-            $0.appendingPathComponent("snapshotdb").path
-        }
-        return candidates.first { FileManager.default.isExecutableFile(atPath: $0) }
-    }()
+    static let tool: String? = BuiltProducts.executable("snapshotdb")?.path
 
     static func bytes(_ path: String) -> [Data?] {
         ["", "-wal", "-shm"].map { FileManager.default.contents(atPath: path + $0) }

@@ -150,19 +150,7 @@ final class ReaderProcess {
 /// The built `snapshotdb` binary, run as a user would.
 enum Tool {
     /// `snapshotdb`, next to the test bundle in the build products directory.
-    static let url: URL? = {
-        var candidates: [URL] = []
-        if let executable = Bundle.main.executableURL {
-            candidates.append(executable.deletingLastPathComponent())
-        }
-        candidates.append(URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent())
-        let packageRoot = URL(fileURLWithPath: #filePath)
-            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
-        candidates.append(packageRoot.appendingPathComponent(".build/debug"))
-        return candidates.map { $0.appendingPathComponent("snapshotdb") }
-            .first { FileManager.default.isExecutableFile(atPath: $0.path) }
-    }()
+    static let url: URL? = BuiltProducts.executable("snapshotdb")
 
     static func run(_ arguments: String...) throws -> ChildResult {
         try run(arguments)
