@@ -14,6 +14,12 @@ static inline int snapshotdb_db_config_defensive(sqlite3 *db, int enabled) {
     return sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, enabled, (int *)0);
 }
 
+// Lets sqlite3_load_extension() (the C function only, not SQL's load_extension()) load a
+// library on this handle.
+static inline int snapshotdb_db_config_enable_load_extension(sqlite3 *db, int enabled) {
+    return sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, enabled, (int *)0);
+}
+
 static inline int snapshotdb_file_control_persist_wal(sqlite3 *db, int enabled) {
     int value = enabled;
     return sqlite3_file_control(db, "main", SQLITE_FCNTL_PERSIST_WAL, &value);

@@ -36,6 +36,10 @@ internal import Synchronization
 final class ForeignCommitWatcher: Sendable {
     /// How often the header is polled when inotify cannot watch the `-wal`.
     static let pollInterval: Int32 = 50
+    /// How often a read replica (``Database/init(replica:vfs:configuration:)``) is looked at: it
+    /// has no `-wal` to watch, so each look is a short read transaction through its VFS
+    /// (Litestream's VFS itself polls its replica once a second).
+    static let replicaPollInterval: Int32 = 250
     /// The re-checks after an event that found the header unchanged, in milliseconds.
     static let settleDelays: [Int32] = [2, 8, 32, 128, 512, 2048]
 
@@ -53,12 +57,15 @@ final class ForeignCommitWatcher: Sendable {
 
     private let state = Mutex(State())
     private let path: String
+    /// How often the watcher looks when it cannot watch the `-wal`, in milliseconds.
+    private let pollMilliseconds: Int32
     /// How many times the watcher looked at the header (for tests: an idle database makes it
     /// look no more).
     let checks = Atomic<Int>(0)
 
-    init(path: String) {
+    init(path: String, pollInterval: Int32 = ForeignCommitWatcher.pollInterval) {
         self.path = path
+        self.pollMilliseconds = pollInterval
     }
 
     /// Starts the watcher thread for `database` unless it runs (or was stopped).
@@ -108,7 +115,8 @@ final class ForeignCommitWatcher: Sendable {
     }
 
     private func watch(stopFD: Int32, database: WeakDatabase) {
-        var watcher = Watch(walPath: path + "-wal")
+        let isReplica = database.database?.replica != nil
+        var watcher = Watch(walPath: isReplica ? nil : path + "-wal")
         defer { watcher.end() }
         var handle: SQLiteHandle?
         var lastHeader: WALIndexHeader?
@@ -121,7 +129,7 @@ final class ForeignCommitWatcher: Sendable {
             let timeout: Int32 =
                 settle > 0 && settle <= Self.settleDelays.count
                 ? Self.settleDelays[settle - 1]
-                : (watcher.isWatching ? -1 : Self.pollInterval)
+                : (watcher.isWatching ? -1 : pollMilliseconds)
             let ready = poll(&descriptors, nfds_t(descriptors.count), timeout)
             if ready < 0 && errno == EINTR { continue }
             if descriptors[0].revents != 0 { return }
@@ -148,13 +156,7 @@ final class ForeignCommitWatcher: Sendable {
     {
         do throws(DatabaseError) {
             if handle == nil {
-                let opened = try SQLiteHandle(path: database.path)
-                opened.setBusyTimeout(milliseconds: database.configuration.busyTimeoutMilliseconds)
-                try opened.configureForSnapshotDB(
-                    synchronous: database.configuration.synchronous,
-                    journalSizeLimit: database.configuration.journalSizeLimit)
-                if database.checkpointing.replicator != nil { opened.setCheckpointsOnClose(false) }
-                handle = opened
+                handle = try database.openHandle()
             }
             guard let handle else { return false }
             let header = handle.walIndexHeader()
@@ -193,15 +195,17 @@ final class ForeignCommitWatcher: Sendable {
 
 /// An inotify watch of one file, where the platform has inotify.
 private struct Watch {
-    let walPath: String
+    /// The watched file; `nil` for none (a read replica), which makes the watcher poll.
+    let walPath: String?
     private(set) var descriptor: Int32 = -1
     private var watch: Int32 = -1
 
     var isWatching: Bool { watch >= 0 }
 
-    init(walPath: String) {
+    init(walPath: String?) {
         self.walPath = walPath
         #if os(Linux)
+            guard walPath != nil else { return }
             descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
             retry()
         #endif
@@ -210,7 +214,7 @@ private struct Watch {
     /// Adds the watch if it is not there (the `-wal` did not exist, or was replaced).
     mutating func retry() {
         #if os(Linux)
-            guard descriptor >= 0, watch < 0 else { return }
+            guard descriptor >= 0, watch < 0, let walPath else { return }
             watch = inotify_add_watch(
                 descriptor, walPath, UInt32(IN_MODIFY | IN_DELETE_SELF | IN_MOVE_SELF | IN_ATTRIB))
         #endif

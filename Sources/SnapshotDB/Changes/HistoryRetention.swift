@@ -45,6 +45,7 @@ extension Database {
     @discardableResult
     public func purgeHistory() throws(DatabaseError) -> Int {
         try checkOpen()
+        try checkWritable("purgeHistory()")
         let before = historyPurger.rowsPurged.load(ordering: .acquiring)
         if historyPurger.purgeNow(self) == .busy {
             throw DatabaseError(

@@ -23,6 +23,7 @@ extension Database {
     ///   `passive` from inside a read-write transaction.
     @discardableResult
     public func checkpoint(_ mode: CheckpointMode) throws(DatabaseError) -> CheckpointResult {
+        try checkWritable("checkpoint(.\(mode))")
         if mode != .passive && writer.lock.isHeldByCurrentThread {
             throw DatabaseError(
                 .misuse,

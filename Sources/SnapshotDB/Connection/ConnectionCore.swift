@@ -49,15 +49,8 @@ final class ConnectionCore: @unchecked Sendable {
         if let openedHandle, !openedHandle.isBroken { return openedHandle }
         openedHandle = nil
         try database.checkOpen()
-        let configuration = database.configuration
-        let handle = try SQLiteHandle(path: database.path)
-        handle.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
-        try handle.configureForSnapshotDB(
-            synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
+        let handle = try database.openHandle()
         handle.recordCommitFrames()
-        // SQLite's last connection checkpoints and deletes the WAL as it closes: never behind
-        // an external replicator's back.
-        if database.checkpointing.replicator != nil { handle.setCheckpointsOnClose(false) }
         openedHandle = handle
         return handle
     }

@@ -56,9 +56,12 @@ extension Database {
         // checkpoint would wait for it (up to the busy timeout), so it gets a PASSIVE one. (With
         // an external replicator, PASSIVE too: the WAL is the replicator's.)
         let ownProcess = getpid()
-        let foreignReaders = (ReadMarkProbe.holders(databasePath: path) ?? []).filter {
-            $0.slot > 0 && $0.processID != ownProcess
-        }
+        let foreignReaders =
+            replica != nil
+            ? []
+            : (ReadMarkProbe.holders(databasePath: path) ?? []).filter {
+                $0.slot > 0 && $0.processID != ownProcess
+            }
         if checkpointing.replicator == nil, let reader = foreignReaders.first {
             checkpointer.logger.notice(
                 "closing while process \(reader.processID) reads the WAL: checkpointed (PASSIVE) and left to it",
@@ -66,7 +69,8 @@ extension Database {
         }
         let mode: CheckpointMode =
             checkpointing.replicator == nil && foreignReaders.isEmpty ? .truncate : .passive
-        _ = try? checkpointer.runExplicitly(mode, database: self)
+        // A read replica has no WAL of its own to checkpoint.
+        if replica == nil { _ = try? checkpointer.runExplicitly(mode, database: self) }
         finishSubscribers()
         checkpointer.close()
         OpenFiles.release(path)
@@ -105,9 +109,10 @@ extension Database {
         fchmod(descriptor, mode_t(configuration.fileMode))
         Glibc.close(descriptor)
         do throws(DatabaseError) {
-            let source = try SQLiteHandle(path: path, readOnly: true)
+            let source = try SQLiteHandle(path: replica?.name ?? path, readOnly: true, vfs: replica?.vfs)
             let statement = try SQLiteStatement(handle: source, sql: "VACUUM INTO ?1", persistent: false)
-            try statement.bind(temporary, at: 1)
+            // A replica's VFS would write the copy too: a URI names the local file and VFS.
+            try statement.bind(replica == nil ? temporary : Replica.localFileURI(temporary), at: 1)
             _ = try statement.step()
             statement.reset()
             let copy = try SQLiteHandle(path: temporary, readOnly: true)
@@ -141,12 +146,9 @@ extension Database {
             throw DatabaseError(
                 .misuse, "vacuum() was called inside a read-write transaction of this database")
         }
-        let handle = try SQLiteHandle(path: path)
-        handle.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
-        try handle.configureForSnapshotDB(
-            synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
+        try checkWritable("vacuum()")
+        let handle = try openHandle()
         handle.recordCommitFrames()
-        if checkpointing.replicator != nil { handle.setCheckpointsOnClose(false) }
         writer.lock.lock()
         defer { writer.lock.unlock() }
         try handle.execute("VACUUM")

@@ -39,6 +39,9 @@ public final class Database: Sendable {
     /// durable history), kept by every copy of it. A ``HistoryPosition`` carries it, so that a
     /// position of another file is refused.
     public let identity: UInt64
+    /// The VFS and name of a read replica (``init(replica:vfs:configuration:)``), or `nil` for a
+    /// file this process writes.
+    let replica: Replica?
 
     /// The single writer: every commit of this process is made there (see ``Writer``).
     let writer = Writer()
@@ -118,67 +121,106 @@ public final class Database: Sendable {
     ///   without them cannot be read by SQLite and the open throws `readOnly`.
     ///
     /// - Throws: see ``init(path:)``.
-    public init(path: String, configuration: Configuration) throws(DatabaseError) {
+    public convenience init(path: String, configuration: Configuration) throws(DatabaseError) {
         let resolved = try Self.resolve(path)
-        let isReadOnly: Bool
         try OpenFiles.claim(resolved)
+        let opened: OpenedFile
         do throws(DatabaseError) {
-            var fileState = try Schema.inspectFile(at: resolved)
-            if case .missing = fileState {
-                let created = try Schema.createDatabase(at: resolved, mode: configuration.fileMode)
-                // Created by someone else meanwhile: checked like any existing file.
-                fileState =
-                    created
-                    ? .snapshotDB(version: Schema.currentVersion) : try Schema.inspectFile(at: resolved)
-            }
-            switch fileState {
-            case .missing:
-                throw DatabaseError(.cannotOpen, "\(resolved) was created and removed again while opening")
-            case .new:
-                try Schema.createFile(at: resolved, mode: configuration.fileMode)
-            case .interruptedCreation, .snapshotDB, .emptyCandidate:
-                break
-            }
-            // A -wal with frames must stay as it is until every check passed: closing the
-            // handle of a refused open must not checkpoint it (`setCheckpointsOnClose(_:)`). An
-            // empty or missing one is left to SQLite's close, which removes the files the open
-            // created without writing to the main file.
-            let walHasFrames = Schema.fileSize(resolved + "-wal") > 0
-            let setup = try SQLiteHandle(path: resolved)
-            if walHasFrames { setup.setCheckpointsOnClose(false) }
-            setup.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
-            try Schema.prepare(setup, path: resolved)
-            try setup.configureForSnapshotDB(
-                synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
-            let latest = try setup.readCommitState().commit
-            let latestToken = try History.token(of: latest, on: setup)
-            let identity = try setup.int64("SELECT value FROM snapshotdb_meta WHERE name = 'identity'")
-            var checkpointing = configuration.checkpointing
-            let replicated = try setup.int64(Checkpointer.litestreamQuery) == 1
-            if checkpointing == .automatic && replicated {
-                checkpointing = .external(replicator: "litestream")
-            }
-            let pageSize = try setup.pageSize()
-            isReadOnly = setup.isReadOnly
-            if walHasFrames { setup.setCheckpointsOnClose(true) }
-            if checkpointing.replicator != nil { setup.setCheckpointsOnClose(false) }
-            self.path = resolved
-            self.configuration = configuration
-            self.identity = UInt64(bitPattern: identity ?? 0)
-            self.foreignCommitWatcher = ForeignCommitWatcher(path: resolved)
-            self.state = Mutex(DatabaseState(latestCommit: latest, latestToken: latestToken))
-            self.publishedCommit.store(latest, ordering: .releasing)
-            self.checkpointer = Checkpointer(
-                path: resolved, configuration: configuration, pageSize: pageSize, handle: setup,
-                replicator: checkpointing.replicator)
-            if replicated && configuration.checkpointing == .automatic { checkpointer.announceLitestream() }
+            opened = try Self.openFile(at: resolved, configuration: configuration)
         } catch {
             OpenFiles.release(resolved)
             throw Self.explainUnwritableDirectory(error, path: resolved)
         }
+        self.init(path: resolved, replica: nil, opened: opened, configuration: configuration)
+    }
+
+    /// What an open learnt from the file before the `Database` exists, and the handle it used
+    /// (which becomes the checkpoint handle).
+    struct OpenedFile: @unchecked Sendable {
+        /// Handed to the checkpointer, which confines it to its queue.
+        let setup: SQLiteHandle
+        let latest: UInt64
+        let latestToken: UInt64?
+        let identity: UInt64
+        let checkpointing: Configuration.Checkpointing
+        /// Whether Litestream was recognized by its table while the configuration let
+        /// SnapshotDB choose (said once in the log).
+        let recognizedLitestream: Bool
+        let pageSize: Int
+        let isReadOnly: Bool
+    }
+
+    /// Checks, prepares and reads the file at `resolved` (claimed by the caller): see
+    /// ``init(path:configuration:)``.
+    private static func openFile(at resolved: String, configuration: Configuration) throws(DatabaseError)
+        -> OpenedFile
+    {
+        var fileState = try Schema.inspectFile(at: resolved)
+        if case .missing = fileState {
+            let created = try Schema.createDatabase(at: resolved, mode: configuration.fileMode)
+            // Created by someone else meanwhile: checked like any existing file.
+            fileState =
+                created
+                ? .snapshotDB(version: Schema.currentVersion) : try Schema.inspectFile(at: resolved)
+        }
+        switch fileState {
+        case .missing:
+            throw DatabaseError(.cannotOpen, "\(resolved) was created and removed again while opening")
+        case .new:
+            try Schema.createFile(at: resolved, mode: configuration.fileMode)
+        case .interruptedCreation, .snapshotDB, .emptyCandidate:
+            break
+        }
+        // A -wal with frames must stay as it is until every check passed: closing the handle of
+        // a refused open must not checkpoint it (`setCheckpointsOnClose(_:)`). An empty or
+        // missing one is left to SQLite's close, which removes the files the open created
+        // without writing to the main file.
+        let walHasFrames = Schema.fileSize(resolved + "-wal") > 0
+        let setup = try SQLiteHandle(path: resolved)
+        if walHasFrames { setup.setCheckpointsOnClose(false) }
+        setup.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
+        try Schema.prepare(setup, path: resolved)
+        try setup.configureForSnapshotDB(
+            synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
+        let latest = try setup.readCommitState().commit
+        let latestToken = try History.token(of: latest, on: setup)
+        let identity = try setup.int64("SELECT value FROM snapshotdb_meta WHERE name = 'identity'")
+        var checkpointing = configuration.checkpointing
+        let replicated = try setup.int64(Checkpointer.litestreamQuery) == 1
+        if checkpointing == .automatic && replicated {
+            checkpointing = .external(replicator: "litestream")
+        }
+        let pageSize = try setup.pageSize()
+        if walHasFrames { setup.setCheckpointsOnClose(true) }
+        if checkpointing.replicator != nil { setup.setCheckpointsOnClose(false) }
+        return OpenedFile(
+            setup: setup, latest: latest, latestToken: latestToken,
+            identity: UInt64(bitPattern: identity ?? 0),
+            checkpointing: checkpointing,
+            recognizedLitestream: replicated && configuration.checkpointing == .automatic, pageSize: pageSize,
+            isReadOnly: setup.isReadOnly)
+    }
+
+    /// Makes the `Database` of an opened file (`replica == nil`) or read replica, whose `path`
+    /// is claimed.
+    init(path: String, replica: Replica?, opened: OpenedFile, configuration: Configuration) {
+        self.path = path
+        self.replica = replica
+        self.configuration = configuration
+        self.identity = opened.identity
+        self.foreignCommitWatcher = ForeignCommitWatcher(
+            path: path,
+            pollInterval: replica == nil
+                ? ForeignCommitWatcher.pollInterval : ForeignCommitWatcher.replicaPollInterval)
+        self.state = Mutex(DatabaseState(latestCommit: opened.latest, latestToken: opened.latestToken))
+        self.publishedCommit.store(opened.latest, ordering: .releasing)
+        self.checkpointer = Checkpointer(
+            path: path, configuration: configuration, pageSize: opened.pageSize, handle: opened.setup,
+            replicator: opened.checkpointing.replicator)
+        if opened.recognizedLitestream { checkpointer.announceLitestream() }
         checkpointer.database = WeakDatabase(self)
-        checkpointer.checkpointAtOpen(readOnly: isReadOnly)
-        OpenFiles.attach(resolved, self)
+        checkpointer.checkpointAtOpen(readOnly: opened.isReadOnly, hasWAL: replica == nil)
+        OpenFiles.attach(path, self)
     }
 
     deinit {

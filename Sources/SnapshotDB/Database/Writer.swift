@@ -45,6 +45,7 @@ final class Writer: Sendable {
     func write<T>(on connection: ConnectionCore, _ body: (ReadWriteTransaction) throws -> T) throws -> T {
         let database = connection.database
         try connection.checkCanWrite()
+        try database.checkWritable("a read-write transaction")
         try database.checkWriteAllowed()
         if lock.isHeldByCurrentThread {
             throw DatabaseError(

@@ -29,6 +29,10 @@ extension Database {
             )
         }
         let connection = newConnection(name: "snapshotdb.extensions")
+        if isReplica {
+            try adoptOnReplica(definition, connection: connection)
+            return
+        }
         // A registration that fails rolls back, tables and catalog: what was registered under
         // the name before (or nothing) must be again, or every later write would run a writer
         // for tables that do not exist.
@@ -45,6 +49,27 @@ extension Database {
         }
     }
 
+    /// On a read replica, which cannot build: takes up the extension the primary built, of the
+    /// same kind and version (its tables come with the replica).
+    private func adoptOnReplica(_ definition: any ExtensionDefinition, connection: Connection)
+        throws(DatabaseError)
+    {
+        do {
+            try connection.read { txn in try txn.checkInstalled(definition) }
+        } catch let error as DatabaseError where error.code == .unknownExtension {
+            throw DatabaseError(
+                .readOnly,
+                "extension '\(definition.name)' is not built in the replica \(path) (its newest commit is "
+                    + "\(latestCommit)); a replica cannot build it: register it on the primary", cause: error)
+        } catch let error as DatabaseError {
+            throw error
+        } catch {
+            throw DatabaseError(
+                .sqlite, "registering extension '\(definition.name)' failed: \(error)", cause: error)
+        }
+        setExtension(definition, named: definition.name)
+    }
+
     /// Removes the extension registered as `name` and drops its tables, in a commit of its own.
     /// Unregistering a name that is not registered does nothing.
     ///
@@ -52,6 +77,7 @@ extension Database {
     ///   one first).
     public func unregister(_ name: String) throws(DatabaseError) {
         try Self.checkExtensionName(name)
+        try checkWritable("unregister(\(name.debugDescription))")
         if let dependent = extensionDefinitions().first(where: { $0.dependencies.contains(name) }) {
             throw DatabaseError(
                 .misuse,

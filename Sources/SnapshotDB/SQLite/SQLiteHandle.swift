@@ -42,13 +42,22 @@ final class SQLiteHandle {
     /// files itself so that it controls their mode. Handles use the `snapshotdb` VFS, the
     /// process's default VFS with WAL preallocation under `synchronous = FULL`
     /// (`Sources/CSnapshotDBVFS/snapshotdb_vfs.c` gives the measurements and the reasoning).
-    init(path: String, readOnly: Bool = false) throws(DatabaseError) {
+    ///
+    /// With `vfs`, the handle opens `path` through that registered VFS instead, read-only: a
+    /// read replica (``Database/init(replica:vfs:configuration:)``). Such a file has no WAL
+    /// index of ours to map, so the handle never looks for one.
+    init(path: String, readOnly: Bool = false, vfs: String? = nil) throws(DatabaseError) {
         var handle: OpaquePointer?
         let flags =
-            (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX
+            (readOnly || vfs != nil ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX
             | SQLITE_OPEN_EXRESCODE
         // SnapshotDB's VFS: the default one with WAL preallocation (see snapshotdb_vfs.c).
-        let result = sqlite3_open_v2(path, &handle, flags, snapshotdb_vfs_name())
+        let result =
+            if let vfs {
+                sqlite3_open_v2(path, &handle, flags, vfs)
+            } else {
+                sqlite3_open_v2(path, &handle, flags, snapshotdb_vfs_name())
+            }
         guard result == SQLITE_OK, let handle else {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
             let errno = handle.map { sqlite3_system_errno($0) } ?? 0
@@ -57,7 +66,7 @@ final class SQLiteHandle {
         }
         self.pointer = handle
         self.path = path
-        walIndexLookedUp = readOnly
+        walIndexLookedUp = readOnly || vfs != nil
         statements = .allocate(capacity: SQL.allCases.count)
         statements.initialize(repeating: nil)
         sqlite3_extended_result_codes(handle, 1)

@@ -1,0 +1,285 @@
+internal import CSQLite
+internal import Foundation
+internal import Synchronization
+
+#if canImport(Glibc)
+    internal import Glibc
+#elseif canImport(Darwin)
+    internal import Darwin
+#endif
+
+/// Where a read replica is read from: the SQLite VFS that serves it and the name it is opened by.
+struct Replica: Sendable {
+    let vfs: String
+    let name: String
+
+    /// A URI that opens the local file at `path` with SQLite's default Unix VFS, whatever VFS
+    /// the handle that names it uses (`VACUUM INTO` of a replica writes a local copy).
+    static func localFileURI(_ path: String) -> String {
+        var allowed = CharacterSet.urlPathAllowed
+        allowed.remove(charactersIn: "?#%")
+        let encoded = path.addingPercentEncoding(withAllowedCharacters: allowed) ?? path
+        return "file:\(encoded)?vfs=unix"
+    }
+}
+
+extension Database {
+    /// Opens a read replica of a SnapshotDB database, served by the registered SQLite VFS `vfs`
+    /// under `name`: for example Litestream's VFS, which reads the pages of a replica that
+    /// `litestream replicate` keeps (``LitestreamVFS``).
+    ///
+    /// ```swift
+    /// // started with LITESTREAM_REPLICA_URL=s3://bucket/app in the environment
+    /// try LitestreamVFS.register(extensionPath: vfsLibrary)
+    /// let replica = try Database(replica: "app.sqlite", vfs: LitestreamVFS.name)
+    /// let ui = replica.newConnection(name: "ui")
+    /// try ui.beginLongLivedReadTransaction()      // a bookmark on the replica
+    /// for await _ in replica.changes() {           // the primary's commits, as they arrive
+    ///     let changesets = try ui.beginLongLivedReadTransaction()   // exact, from the history
+    /// }
+    /// ```
+    ///
+    /// A replica reads as the primary does: values, views, indexes and full-text search (when
+    /// the same extensions are registered on it), bookmarks that keep their commit while the
+    /// replica advances, and each commit's exact changeset (read from the durable history that
+    /// the replica carries). The primary's commits arrive as the replicator copies them;
+    /// ``changes()`` hears of them by polling the replica every 250 ms while anything
+    /// subscribes.
+    ///
+    /// It never writes: read-write transactions, ``vacuum()``, ``checkpoint(_:)``,
+    /// ``purgeHistory()`` and consumer acknowledgements throw
+    /// ``DatabaseError/Code/readOnly``. An extension not built on the primary cannot be
+    /// registered here (its build would write). Foreign writes on the primary that its
+    /// SnapshotDB has not yet sealed with a commit number read as an external changeset.
+    ///
+    /// With Litestream's VFS each connection follows the replica on its own, and a connection
+    /// inside a read transaction keeps its pages until the transaction ends (the VFS applies
+    /// new pages at its unlock): so a bookmark is a snapshot of the replica, as on the primary.
+    /// A bookmark older than the replica's retention (`l0-retention`, 5 minutes by default, and
+    /// its compactions) can find its pages gone and fail to read; advance bookmarks more often
+    /// than that.
+    ///
+    /// - Parameters:
+    ///   - name: the name the VFS serves the replica under (Litestream's VFS serves one replica
+    ///     under any name).
+    ///   - vfs: the name of a VFS registered in this process (``LitestreamVFS/register(extensionPath:)``,
+    ///     ``loadSQLiteExtension(at:entryPoint:)``).
+    /// - Throws: `cannotOpen` when no VFS of that name is registered, `alreadyOpen` when this
+    ///   process has the same replica open, `notADatabase` when the replica holds no SnapshotDB
+    ///   database, `schemaTooNew` or `readOnly` when its schema is not this library's (the
+    ///   primary must be opened once by this version to upgrade it), `corrupt` for a damaged
+    ///   schema.
+    public convenience init(replica name: String, vfs: String, configuration: Configuration = Configuration())
+        throws(DatabaseError)
+    {
+        for (what, value) in [("replica name", name), ("VFS name", vfs)] {
+            guard !value.isEmpty, !value.utf8.contains(0) else {
+                throw DatabaseError(
+                    .cannotOpen, "the \(what) \(value.debugDescription) is empty or contains a NUL")
+            }
+        }
+        guard sqlite3_vfs_find(vfs) != nil else {
+            throw DatabaseError(
+                .cannotOpen,
+                "no SQLite VFS named '\(vfs)' is registered in this process: load it first "
+                    + "(LitestreamVFS.register(extensionPath:), or Database.loadSQLiteExtension(at:))")
+        }
+        let key = "\(vfs):\(name)"
+        try OpenFiles.claim(key)
+        let opened: OpenedFile
+        do throws(DatabaseError) {
+            opened = try Self.openReplica(
+                name: name, vfs: vfs, describedAs: key, configuration: configuration)
+        } catch {
+            OpenFiles.release(key)
+            throw error
+        }
+        self.init(
+            path: key, replica: Replica(vfs: vfs, name: name), opened: opened, configuration: configuration)
+    }
+
+    /// Whether this database is a read replica (``init(replica:vfs:configuration:)``).
+    public var isReplica: Bool { replica != nil }
+
+    /// Checks and reads a replica: the schema must be this library's current one, intact; no
+    /// migration and no WAL switch (both would write).
+    private static func openReplica(
+        name: String, vfs: String, describedAs key: String, configuration: Configuration
+    ) throws(DatabaseError) -> OpenedFile {
+        let setup = try SQLiteHandle(path: name, vfs: vfs)
+        setup.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
+        let applicationID = try setup.int64("PRAGMA application_id") ?? 0
+        guard applicationID == Int64(Schema.applicationID) else {
+            throw DatabaseError(
+                .notADatabase,
+                "the replica \(key) is not a SnapshotDB database (application_id \(applicationID))")
+        }
+        let version = try setup.int64("PRAGMA user_version") ?? 0
+        if version > Schema.currentVersion {
+            throw DatabaseError(
+                .schemaTooNew,
+                "the replica \(key) has SnapshotDB schema version \(version); this library reads up to \(Schema.currentVersion)"
+            )
+        }
+        if version < Schema.currentVersion {
+            throw DatabaseError(
+                .readOnly,
+                "the replica \(key) has SnapshotDB schema version \(version), which must be upgraded to "
+                    + "\(Schema.currentVersion) before this library can read it; open the primary once with this version"
+            )
+        }
+        try Schema.checkIntact(setup, path: "the replica \(key)", version: version)
+        try setup.configureForSnapshotDB(
+            synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
+        let latest = try setup.readCommitState().commit
+        let latestToken = try History.token(of: latest, on: setup)
+        let identity = try setup.int64("SELECT value FROM snapshotdb_meta WHERE name = 'identity'")
+        return OpenedFile(
+            setup: setup, latest: latest, latestToken: latestToken,
+            identity: UInt64(bitPattern: identity ?? 0),
+            checkpointing: .external(replicator: vfs), recognizedLitestream: false,
+            pageSize: try setup.pageSize(),
+            isReadOnly: true)
+    }
+
+    /// A new SQLite handle on this database, configured as every SnapshotDB handle is: on the
+    /// file, or through the replica's VFS.
+    func openHandle() throws(DatabaseError) -> SQLiteHandle {
+        let handle = try SQLiteHandle(path: replica?.name ?? path, vfs: replica?.vfs)
+        handle.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
+        try handle.configureForSnapshotDB(
+            synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
+        // SQLite's last connection checkpoints and deletes the WAL as it closes: never behind an
+        // external replicator's back.
+        if checkpointing.replicator != nil { handle.setCheckpointsOnClose(false) }
+        return handle
+    }
+
+    /// Throws `readOnly` on a read replica, which `operation` would write.
+    func checkWritable(_ operation: String) throws(DatabaseError) {
+        guard let replica else { return }
+        throw DatabaseError(
+            .readOnly,
+            "\(operation) would write, and \(replica.vfs):\(replica.name) is a read replica; write to the primary"
+        )
+    }
+
+    /// Loads a SQLite loadable extension (`sqlite3_load_extension`) into this process: for a VFS
+    /// such as Litestream's, which registers itself with SQLite for every handle of the process.
+    ///
+    /// - Parameters:
+    ///   - path: the shared library (SQLite adds the platform's suffix when it is left out).
+    ///   - entryPoint: its init function; by default SQLite derives it from the file name.
+    /// - Throws: `cannotOpen` with SQLite's message when the library cannot be loaded.
+    public static func loadSQLiteExtension(at path: String, entryPoint: String? = nil) throws(DatabaseError) {
+        var handle: OpaquePointer?
+        guard
+            sqlite3_open_v2(":memory:", &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_MEMORY, nil)
+                == SQLITE_OK,
+            let handle
+        else {
+            if let handle { sqlite3_close_v2(handle) }
+            throw DatabaseError(.cannotOpen, "cannot open an in-memory SQLite handle to load \(path)")
+        }
+        defer { sqlite3_close_v2(handle) }
+        _ = snapshotdb_db_config_enable_load_extension(handle, 1)
+        var message: UnsafeMutablePointer<CChar>?
+        let result = sqlite3_load_extension(handle, path, entryPoint, &message)
+        guard result == SQLITE_OK else {
+            let text = message.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(result))
+            sqlite3_free(message)
+            throw DatabaseError(.cannotOpen, "cannot load the SQLite extension \(path): \(text)")
+        }
+    }
+}
+
+/// Litestream's VFS (PyPI's `litestream-vfs`, or a build of `cmd/litestream-vfs`): it serves
+/// reads of a Litestream replica to SQLite, fetching pages from the replica (a directory, S3,
+/// SFTP...) and following it as `litestream replicate` copies new commits. SnapshotDB opens it
+/// as a read replica (``Database/init(replica:vfs:configuration:)``).
+///
+/// The VFS is written in Go, and reads its settings from the environment the process *started*
+/// with (Go takes its copy of the environment at the start, so `setenv` later is not seen):
+/// start the process with `LITESTREAM_REPLICA_URL` set (`file:///path`, `s3://bucket/path`,
+/// ...), and `LITESTREAM_LOG_FILE` (the VFS logs to standard output otherwise). It serves one
+/// replica per process: that URL.
+public enum LitestreamVFS {
+    /// The name the VFS registers under.
+    public static let name = "litestream"
+
+    /// Loads Litestream's VFS library into this process, once, and returns the replica URL it
+    /// serves.
+    ///
+    /// - Parameter extensionPath: the VFS library, e.g. `litestream-vfs.so` of PyPI's
+    ///   `litestream-vfs` (`python3 -c 'import litestream_vfs; print(litestream_vfs.loadable_path())'`).
+    /// litestream-vfs 0.5.17 also registers an automatic extension that makes every other SQLite
+    /// open of the process fail; when it finds that, this clears the process's automatic
+    /// extensions (`sqlite3_reset_auto_extension`): register your own after this call.
+    ///
+    /// - Throws: `misuse` when the process did not start with `LITESTREAM_REPLICA_URL` (the VFS
+    ///   would fail every open with "SQL logic error"), or when other code registered a VFS of
+    ///   that name; `cannotOpen` when the library cannot be loaded.
+    @discardableResult
+    public static func register(extensionPath: String) throws(DatabaseError) -> String {
+        try registration.withLock { registered throws(DatabaseError) in
+            if let registered { return registered }
+            guard let url = startEnvironment()["LITESTREAM_REPLICA_URL"], !url.isEmpty else {
+                throw DatabaseError(
+                    .misuse,
+                    "Litestream's VFS reads LITESTREAM_REPLICA_URL from the environment the process started with "
+                        + "(it does not see setenv); start the process with it set to the replica's URL")
+            }
+            guard sqlite3_vfs_find(name) == nil else {
+                throw DatabaseError(
+                    .misuse, "a VFS named '\(name)' was registered in this process by other code")
+            }
+            try Database.loadSQLiteExtension(at: extensionPath)
+            guard sqlite3_vfs_find(name) != nil else {
+                throw DatabaseError(
+                    .cannotOpen, "\(extensionPath) loaded but registered no VFS named '\(name)'")
+            }
+            if !otherOpensWork() {
+                // litestream-vfs 0.5.17 registers an automatic extension (its SQL functions) whose
+                // C function is declared `void`: SQLite reads an undefined result, and every
+                // later open of a file *not* on its VFS fails with "automatic extension loading
+                // failed" (local files, backups). Clearing the automatic extensions mends it;
+                // the VFS itself is unaffected (only its SQL functions are gone).
+                sqlite3_reset_auto_extension()
+                guard otherOpensWork() else {
+                    throw DatabaseError(
+                        .cannotOpen,
+                        "after loading \(extensionPath), SQLite cannot open other databases in this process")
+                }
+            }
+            registered = url
+            return url
+        }
+    }
+
+    /// Whether SQLite still opens a database that is not on Litestream's VFS.
+    private static func otherOpensWork() -> Bool {
+        var handle: OpaquePointer?
+        let result = sqlite3_open_v2(":memory:", &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_MEMORY, nil)
+        sqlite3_close_v2(handle)
+        return result == SQLITE_OK
+    }
+
+    /// The replica URL the VFS was registered for in this process.
+    private static let registration = Mutex<String?>(nil)
+
+    /// The environment as the process started with it: what Go's runtime reads.
+    static func startEnvironment() -> [String: String] {
+        #if os(Linux)
+            guard let data = FileManager.default.contents(atPath: "/proc/self/environ") else { return [:] }
+            var environment: [String: String] = [:]
+            for entry in data.split(separator: 0) {
+                let text = String(decoding: entry, as: UTF8.self)
+                guard let equals = text.firstIndex(of: "=") else { continue }
+                environment[String(text[..<equals])] = String(text[text.index(after: equals)...])
+            }
+            return environment
+        #else
+            return ProcessInfo.processInfo.environment
+        #endif
+    }
+}

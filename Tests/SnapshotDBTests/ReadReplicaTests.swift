@@ -1,0 +1,292 @@
+import Foundation
+import SnapshotDBTestSupport
+import Testing
+
+@testable import SnapshotDB
+
+/// A second process serving reads from a Litestream replica through Litestream's VFS (PyPI's
+/// `litestream-vfs`, which `.ci/run` installs): bookmarks on the replica keep their commit while
+/// the replica advances, then advance with the primary's exact changesets.
+@Suite("Read replicas through Litestream's VFS")
+struct ReadReplicaTests {
+    static let childKey = "SNAPSHOTDB_REPLICA_CHILD"
+
+    /// The VFS library of PyPI's `litestream-vfs`, when it is installed.
+    static let vfsLibrary: String? = {
+        guard
+            let result = try? ChildProcess.run(
+                "/usr/bin/env",
+                ["python3", "-c", "import litestream_vfs; print(litestream_vfs.loadable_path())"]),
+            result.status == 0
+        else { return nil }
+        let path = result.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
+        return FileManager.default.fileExists(atPath: path) ? path : nil
+    }()
+
+    @Test func litestreamsVFSIsThereWhereItIsRequired() {
+        #expect(
+            !LitestreamTests.required || Self.vfsLibrary != nil,
+            "install it: pip install litestream-vfs==0.5.17")
+    }
+
+    /// What a reader sees at its commit: every note and the view's rows, in one string.
+    static func digest(_ txn: ReadTransaction) throws -> String {
+        let notes = try txn.values(inCollection: "notes", as: Note.self).sorted { $0.key < $1.key }
+            .map { "\($0.key)=\($0.value.title)/\($0.value.folder)" }
+        let view = try txn.view(named: "byTitle")
+        let rows = view.groups.map { group in
+            "\(group):" + view.items(inGroup: group).map(\.key).joined(separator: ",")
+        }
+        return "\(txn.commit);" + notes.joined(separator: ",") + ";" + rows.joined(separator: "|")
+    }
+
+    /// One changeset as the child prints it and the parent expects it.
+    static func describe(_ changeset: Changeset) -> String {
+        let set = (changeset.setKeys["notes"] ?? []).sorted().joined(separator: "+")
+        let removed = (changeset.removedKeys["notes"] ?? []).sorted().joined(separator: "+")
+        let keys = set + "-" + removed
+        return
+            "\(changeset.commit)/\(changeset.connectionName ?? "?")/\(changeset.info["index"] ?? "")/\(keys)/\(changeset.isExternal)"
+    }
+
+    /// The replica mode itself, through SQLite's own `unix` VFS on a live primary file: reads,
+    /// bookmarks that advance with exact changesets on the watcher's polls, extensions taken up
+    /// from the primary, and every write refused with `readOnly`, nothing changed.
+    @Test func aReplicaReadsLikeThePrimaryAndRefusesEveryWrite() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("primary.sqlite").path
+            let db = try Database(path: path)
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            try LitestreamTests.writeNotes(writer, 0..<10)
+            let replica = try Database(replica: path, vfs: "unix")
+            #expect(replica.isReplica && !db.isReplica)
+            #expect(replica.path == "unix:" + path)
+            #expect(replica.latestCommit == db.latestCommit)
+            #expect(replica.identity == db.identity)
+            try replica.register(ViewTests.byTitle)
+            let notBuilt = View<Note>(
+                name: "byFolder", version: "1", collections: ["notes"], group: { _, _, note in note.folder },
+                areInIncreasingOrder: { $0.title < $1.title })
+            let refusal = expectError(.readOnly) { try replica.register(notBuilt) }
+            #expect(refusal?.message.contains("register it on the primary") == true)
+            #expect(replica.registeredExtensions == ["byTitle"])
+
+            let ui = replica.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            let first = db.latestCommit
+            let firstDigest = try await ui.read { try Self.digest($0) }
+            #expect(firstDigest == (try await writer.read { try Self.digest($0) }))
+            let oldRows = try await ui.read { ViewTests.rows(try $0.view(named: "byTitle")) }
+
+            // The replica's watcher polls: a primary commit reaches `changes()` with its keys.
+            var updates = replica.changes().makeAsyncIterator()
+            try LitestreamTests.writeNotes(writer, 10..<14)
+            var heard: [Changeset] = []
+            while heard.last?.commit != db.latestCommit, let next = await updates.next() {
+                heard.append(next)
+            }
+            #expect(heard.map(\.commit) == Array(first + 1...db.latestCommit))
+            #expect(try await ui.read { try Self.digest($0) } == firstDigest, "the bookmark kept its commit")
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(changes.map(Self.describe) == heard.map(Self.describe))
+            #expect(changes.allSatisfy { !$0.isExternal && $0.connectionName == "writer" })
+            #expect(
+                try await ui.read { try Self.digest($0) } == (try await writer.read { try Self.digest($0) }))
+            let replayed = try await ui.read { txn in
+                let view = try txn.view(named: "byTitle")
+                return ViewTests.apply(try view.changes(for: changes), to: oldRows) == ViewTests.rows(view)
+            }
+            #expect(replayed)
+
+            // Nothing writes: each way of writing says so, and the file is unchanged.
+            let before = try sqlite3(path, "SELECT count(*), max(number) FROM snapshotdb_history")
+            let other = replica.newConnection(name: "writer")
+            expectError(.readOnly) { try other.readWrite { try $0.set(1, forKey: "k", inCollection: "c") } }
+            expectError(.readOnly) { try replica.checkpoint(.passive) }
+            expectError(.readOnly) { try replica.vacuum() }
+            expectError(.readOnly) { try replica.purgeHistory() }
+            expectError(.readOnly) { try replica.unregister("byTitle") }
+            expectError(.readOnly) { try replica.consumer(named: "indexer") }
+            #expect(try sqlite3(path, "SELECT count(*), max(number) FROM snapshotdb_history") == before)
+
+            // A backup of a replica is a local SnapshotDB file at the replica's commit.
+            let copyPath = directory.appendingPathComponent("copy.sqlite").path
+            #expect(try replica.backup(to: copyPath) == db.latestCommit)
+            try replica.close()
+            let copy = try Database(path: copyPath)
+            try copy.register(ViewTests.byTitle)
+            #expect(
+                try await copy.newConnection(name: "copy").read { try Self.digest($0) }
+                    == (try await writer.read { try Self.digest($0) }))
+        }
+    }
+
+    /// A replica opens only through a registered VFS, on a SnapshotDB file of this schema, once
+    /// per process; Litestream's VFS needs its URL in the environment the process started with.
+    @Test func openingAReplicaSaysWhatIsMissing() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("primary.sqlite").path
+            let db = try Database(path: path)
+            let missing = expectError(.cannotOpen) { try Database(replica: path, vfs: "nosuch") }
+            #expect(missing?.message.contains("no SQLite VFS named 'nosuch'") == true)
+            expectError(.cannotOpen) { try Database(replica: "", vfs: "unix") }
+            let replica = try Database(replica: path, vfs: "unix")
+            expectError(.alreadyOpen) { try Database(replica: path, vfs: "unix") }
+            try replica.close()
+            try db.close()
+
+            let foreign = directory.appendingPathComponent("foreign.sqlite").path
+            try sqlite3(foreign, "CREATE TABLE t(x); PRAGMA journal_mode = WAL;")
+            expectError(.notADatabase) { try Database(replica: foreign, vfs: "unix") }
+            let older = directory.appendingPathComponent("older.sqlite").path
+            try sqlite3(older, OlderSchemas.version2 + " PRAGMA journal_mode = WAL;")
+            let upgrade = expectError(.readOnly) { try Database(replica: older, vfs: "unix") }
+            #expect(upgrade?.message.contains("open the primary once") == true)
+        }
+        if LitestreamVFS.startEnvironment()["LITESTREAM_REPLICA_URL"] == nil {
+            let error = expectError(.misuse) {
+                try LitestreamVFS.register(extensionPath: "/nonexistent/litestream-vfs")
+            }
+            #expect(error?.message.contains("environment the process started with") == true)
+        }
+    }
+
+    @Test(.enabled(if: LitestreamTests.litestream != nil && ReadReplicaTests.vfsLibrary != nil))
+    func aSecondProcessReadsTheReplicaWithBookmarksThatAdvanceWithExactChangesets() throws {
+        let tool = try #require(LitestreamTests.litestream)
+        let library = try #require(Self.vfsLibrary)
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("primary.sqlite").path
+            let replica = directory.appendingPathComponent("replica").path
+            let db = try Database(path: path)
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            try LitestreamTests.writeNotes(writer, 0..<20)
+            let config = directory.appendingPathComponent("litestream.yml").path
+            try
+                "dbs:\n  - path: \(path)\n    replicas:\n      - url: file://\(replica)\n        sync-interval: 100ms\n"
+                .write(toFile: config, atomically: true, encoding: .utf8)
+            let litestream = try ChildProcess(tool, ["replicate", "-config", config])
+            defer {
+                _ = Foundation.kill(litestream.processID, SIGTERM)
+                _ = litestream.finish()
+            }
+            try LitestreamTests.waitFor("Litestream's tables") {
+                try sqlite3(path, "SELECT count(*) FROM sqlite_schema WHERE name = '_litestream_seq'")
+                    == "1\n"
+            }
+            try LitestreamTests.writeNotes(writer, 20..<30)
+            let first = db.latestCommit
+            let primary = db.newConnection(name: "primary-reader")
+            try primary.beginLongLivedReadTransaction()
+            let firstDigest = try primary.read { try Self.digest($0) }
+
+            // Litestream's VFS reads its settings from the environment the process starts with.
+            let child = try ChildProcess(
+                URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path,
+                ["--testing-library", "swift-testing", "--filter", "childServesReadsFromTheReplica"],
+                environment: [
+                    Self.childKey: library, "LITESTREAM_REPLICA_URL": "file://" + replica,
+                    "LITESTREAM_LOG_FILE": directory.appendingPathComponent("vfs.log").path,
+                    Self.childKey + "_COPY": directory.appendingPathComponent("copy.sqlite").path,
+                ])
+            defer { child.kill() }
+            func answer(_ prefix: String) throws -> String {
+                while true {
+                    let line = try child.readLine()
+                    if line.hasPrefix(prefix + " ") { return String(line.dropFirst(prefix.count + 1)) }
+                }
+            }
+            // The replica reaches the first batch; the child bookmarks it and reads what the
+            // primary read at that commit.
+            try child.send("bookmark \(first)")
+            #expect(try answer("bookmarked") == firstDigest)
+
+            // The primary goes on; the replica follows; the child's bookmark keeps its commit
+            // until it advances, then gets each commit's exact changeset and the rows replayed.
+            try LitestreamTests.writeNotes(writer, 30..<45)
+            try writer.readWrite { txn in
+                try txn.removeValue(forKey: "n3", inCollection: "notes")
+                txn.info = ["index": "removal"]
+            }
+            let last = db.latestCommit
+            let changes = try primary.beginLongLivedReadTransaction()
+            let lastDigest = try primary.read { try Self.digest($0) }
+            try child.send("advance \(last)")
+            #expect(try answer("held") == firstDigest, "the bookmark moved while the replica advanced")
+            #expect(try answer("changesets") == changes.map(Self.describe).joined(separator: " "))
+            #expect(try answer("advanced") == lastDigest)
+            #expect(try answer("rowsReplayed") == "true")
+            let write = try answer("write")
+            #expect(write.hasPrefix("readOnly: a read-write transaction would write"), "\(write)")
+            // A backup of the replica is a local SnapshotDB file at the replica's commit.
+            #expect(try answer("backup") == "\(last)")
+            #expect(try answer("closed") == "true")
+            let copy = try Database(path: directory.appendingPathComponent("copy.sqlite").path)
+            try copy.register(ViewTests.byTitle)
+            #expect(try copy.newConnection(name: "copy").read { try Self.digest($0) } == lastDigest)
+            #expect(child.finish() == 0, "\(child.standardError)")
+        }
+    }
+
+    /// The child: registers Litestream's VFS for the replica, opens it as a read replica, and
+    /// answers the parent's steps.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[ReadReplicaTests.childKey] != nil))
+    func childServesReadsFromTheReplica() async throws {
+        let library = try #require(ProcessInfo.processInfo.environment[Self.childKey])
+        #expect(try LitestreamVFS.register(extensionPath: library).hasPrefix("file://"))
+        let replica = try Database(replica: "primary.sqlite", vfs: LitestreamVFS.name)
+        try replica.register(ViewTests.byTitle)
+        let ui = replica.newConnection(name: "ui")
+        let updates = replica.changes()
+        var iterator = updates.makeAsyncIterator()
+        // A replica that never catches up fails the child instead of hanging the parent.
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(120))
+            print("timeout the replica did not catch up")
+            exit(1)
+        }
+        defer { watchdog.cancel() }
+        /// Waits, on the watcher's wake-ups, until the replica has `commit`.
+        func waitForCommit(_ commit: UInt64) async {
+            while replica.latestCommit < commit {
+                guard await iterator.next() != nil else { return }
+            }
+        }
+        func say(_ name: String, _ value: String) { print("\(name) \(value)") }
+
+        guard let bookmark = readLine(), bookmark.hasPrefix("bookmark "),
+            let first = UInt64(bookmark.dropFirst(9))
+        else { return }
+        await waitForCommit(first)
+        try ui.beginLongLivedReadTransaction()
+        let oldRows = try await ui.read { ViewTests.rows(try $0.view(named: "byTitle")) }
+        say("bookmarked", try await ui.read { try Self.digest($0) })
+
+        guard let advance = readLine(), advance.hasPrefix("advance "), let last = UInt64(advance.dropFirst(8))
+        else { return }
+        await waitForCommit(last)
+        say("held", try await ui.read { try Self.digest($0) })
+        let changesets = try ui.beginLongLivedReadTransaction()
+        say("changesets", changesets.map(Self.describe).joined(separator: " "))
+        say("advanced", try await ui.read { try Self.digest($0) })
+        let replayed = try await ui.read { txn in
+            let view = try txn.view(named: "byTitle")
+            return ViewTests.apply(try view.changes(for: changesets), to: oldRows) == ViewTests.rows(view)
+        }
+        say("rowsReplayed", "\(replayed)")
+        do {
+            try await replica.newConnection(name: "writer").readWrite {
+                try $0.set(Note(title: "x", folder: "x", archived: false), forKey: "x", inCollection: "notes")
+            }
+            say("write", "accepted")
+        } catch let error as DatabaseError {
+            say("write", "\(error.code.name): \(error.message)")
+        }
+        let copy = try #require(ProcessInfo.processInfo.environment[Self.childKey + "_COPY"])
+        say("backup", "\(try replica.backup(to: copy))")
+        try replica.close()
+        say("closed", "\(replica.isClosed)")
+    }
+}
