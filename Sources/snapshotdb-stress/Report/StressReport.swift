@@ -47,6 +47,8 @@ struct StressReport: Codable, Sendable {
     /// Every event `Database.checkpointEvents()` sent.
     var checkpointEvents: [RecordedCheckpointEvent]
     var crash: CrashReport
+    /// What Litestream did and what its restores held (`--litestream`), or `nil` without it.
+    var litestream: LitestreamReport?
     var integrityChecker: String
 
     var violationCount: Int
@@ -94,6 +96,16 @@ struct StressReport: Codable, Sendable {
             "\(crash.survived) of \(crash.rounds) survived (\(crash.killedBeforeReady) killed before the "
                 + "database was open), \(crash.acknowledgedCommits) acknowledged commits verified, "
                 + "last commit \(crash.lastCommit)")
+        if let litestream {
+            let final =
+                litestream.finalRestoreSeconds.map {
+                    "commit \(litestream.finalCommit) restored \(formatSeconds($0)) after the end"
+                } ?? "commit \(litestream.finalCommit) never restored"
+            add(
+                "litestream",
+                "\(litestream.stops) stops, \(litestream.kills) kills, \(litestream.probeCommits.count) restores "
+                    + "checked during the run; \(final)")
+        }
         add("integrity", "checked with \(integrityChecker)")
         add("violations", violationCount == 0 ? "none" : "\(violationCount):")
         for violation in violations { lines.append("    \(violation)") }

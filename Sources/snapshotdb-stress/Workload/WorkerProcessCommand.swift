@@ -45,6 +45,7 @@ struct WorkerProcessCommand: ParsableCommand {
         configuration.busyTimeout = Self.busyTimeout
         let database = try Database(path: db, configuration: configuration)
         try database.register(ViewChecks.view)
+        try database.register(LitestreamRounds.index)
         guard let bank = try Bank.load(database.newConnection(name: "worker-setup-\(index)")) else {
             throw StressError("\(db) holds no bank")
         }

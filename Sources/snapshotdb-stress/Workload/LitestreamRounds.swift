@@ -1,0 +1,218 @@
+internal import Foundation
+internal import Logging
+internal import SnapshotDB
+
+#if canImport(Glibc)
+    internal import Glibc
+#elseif canImport(Darwin)
+    internal import Darwin
+#endif
+
+/// What real Litestream did beside the workload (`--litestream`), and what its restores held.
+struct LitestreamReport: Codable, Sendable {
+    /// Times Litestream was stopped with SIGTERM (it finishes its sync) and started again.
+    var stops = 0
+    /// Times it was killed with SIGKILL, mid-sync or not, and started again.
+    var kills = 0
+    /// The commit of each restore taken while the workload ran, each checked in full.
+    var probeCommits: [UInt64] = []
+    /// The last commit of the workload, and how long after the workload ended a restore held it.
+    var finalCommit: UInt64 = 0
+    var finalRestoreSeconds: Double?
+}
+
+/// Real Litestream replicating the stress database while the workload runs: stopped (SIGTERM)
+/// and killed (SIGKILL) at random moments and started again, and restored from at random
+/// moments into a new file that is checked in full.
+///
+/// A restore must open as a SnapshotDB database at a commit this process had acknowledged by
+/// the time the restore ended (never later, never earlier than the previous restore's), pass
+/// `integrity_check`, pass the bank's audit (the transfer log replayed gives the balances, and
+/// the total never changed), and hold the view and the index as a brute force computes them
+/// from its balances. After the workload, every acknowledged commit must reach the replica (the
+/// database runs `synchronous = FULL`): nothing Litestream synced, before or after a kill, is
+/// lost.
+///
+/// `@unchecked Sendable` is sound because one thread at a time uses it: the rounds' worker
+/// thread while the workload runs, then the main thread, after joining that worker.
+final class LitestreamRounds: @unchecked Sendable {
+    static let indexName = "accountsByBalanceIndex"
+
+    /// The index the stress run keeps beside its view when Litestream runs.
+    static let index = SecondaryIndex<Account>(
+        name: indexName, version: "1", collections: [Bank.accountsCollection],
+        columns: [.integer("balance")],
+        extract: { _, _, account in ["balance": .integer(Int(account.balance))] })
+
+    private let executable: URL
+    private let replica: String
+    private let config: String
+    private let probePath: String
+    private let database: Database
+    private let control: RunControl
+    private let violations: Violations
+    private let checker: IntegrityChecker?
+    private let logger: Logger
+    private var random: SplitMix64
+    private var process: ChildProcess?
+    private(set) var report = LitestreamReport()
+
+    init(
+        executable: URL, directory: String, database: Database, control: RunControl, violations: Violations,
+        checker: IntegrityChecker?, logger: Logger, random: SplitMix64, truncatePages: Int
+    ) throws {
+        self.executable = executable
+        self.replica = directory + "/replica"
+        self.config = directory + "/litestream.yml"
+        self.probePath = directory + "/restored.sqlite"
+        self.database = database
+        self.control = control
+        self.violations = violations
+        self.checker = checker
+        self.logger = logger
+        self.random = random
+        let yaml = """
+            dbs:
+              - path: \(database.path)
+                replicas:
+                  - url: file://\(replica)
+                    sync-interval: 200ms
+                truncate-page-n: \(truncatePages)
+            """
+        try yaml.write(toFile: config, atomically: true, encoding: .utf8)
+        try start()
+    }
+
+    private func start() throws {
+        process = try ChildProcess(executable: executable, arguments: ["replicate", "-config", config])
+    }
+
+    /// Ends Litestream: SIGTERM lets it finish its sync, SIGKILL cuts it wherever it is.
+    private func end(killing: Bool) {
+        guard let process else { return }
+        kill(process.processIdentifier, killing ? SIGKILL : SIGTERM)
+        _ = process.wait()
+        self.process = nil
+    }
+
+    /// The rounds, on a thread of their own while the workload runs.
+    func run() {
+        while control.shouldContinue {
+            control.wait(until: .now + .milliseconds(Int64(700 + random.next() % 1_300)))
+            guard control.shouldContinue else { break }
+            switch random.next() % 3 {
+            case 0:
+                probe()
+            default:
+                let killing = random.next() % 2 == 0
+                end(killing: killing)
+                if killing { report.kills += 1 } else { report.stops += 1 }
+                do {
+                    try start()
+                } catch {
+                    violations.record("litestream could not be started again: \(error)")
+                    return
+                }
+            }
+        }
+    }
+
+    /// Restores now and checks the copy against what was acknowledged when the restore ended.
+    private func probe() {
+        guard restore() else { return }  // no replica yet: Litestream's first snapshot is not done
+        let acknowledged = database.latestCommit
+        guard let commit = check(atMost: acknowledged) else { return }
+        if let previous = report.probeCommits.last {
+            violations.check(
+                commit >= previous,
+                "litestream: a restore went back to commit \(commit) after one at commit \(previous)")
+        }
+        report.probeCommits.append(commit)
+    }
+
+    /// After the workload, with the database still open: waits (at most a minute) until a
+    /// restore holds `latest`, checks it, and stops Litestream.
+    func finish(latest: UInt64) {
+        defer { end(killing: false) }
+        report.finalCommit = latest
+        if process == nil {
+            do { try start() } catch { violations.record("litestream could not be started again: \(error)") }
+        }
+        let start = ContinuousClock.now
+        var commit: UInt64?
+        while ContinuousClock.now - start < .seconds(60) {
+            if restore(), let restored = check(atMost: latest), restored == latest {
+                commit = restored
+                break
+            }
+            Thread.sleep(forTimeInterval: 0.25)
+        }
+        guard commit == latest else {
+            violations.record(
+                "litestream: no restore held the last acknowledged commit \(latest) within 60 s of the workload's end"
+            )
+            return
+        }
+        report.finalRestoreSeconds = (ContinuousClock.now - start).seconds
+    }
+
+    /// `litestream restore` into the probe path; false when there is nothing to restore yet.
+    private func restore() -> Bool {
+        for suffix in ["", "-wal", "-shm", "-txid"] { unlink(probePath + suffix) }
+        guard
+            let result = try? ChildProcess.run(
+                executable, ["restore", "-o", probePath, "file://" + replica]),
+            result.termination == .exited(0)
+        else { return false }
+        return FileManager.default.fileExists(atPath: probePath)
+    }
+
+    /// Checks the restored copy in full; returns its commit, or `nil` after recording why it
+    /// failed.
+    private func check(atMost acknowledged: UInt64) -> UInt64? {
+        if let checker, let problems = checker.problems(at: probePath) {
+            violations.record("litestream: integrity_check of a restore failed: \(problems)")
+            return nil
+        }
+        do {
+            var configuration = Configuration()
+            configuration.checkpointLogger = logger
+            let copy = try Database(path: probePath, configuration: configuration)
+            defer { try? copy.close() }
+            try copy.register(ViewChecks.view)
+            try copy.register(Self.index)
+            let problems = try copy.newConnection(name: "restore-check").read { txn -> [String] in
+                var problems = try Bank.audit(txn)
+                guard
+                    let bank = try txn.value(
+                        forKey: Bank.infoKey, inCollection: Bank.metaCollection, as: BankInfo.self)
+                else { return problems }
+                let balances = try Bank.balances(in: txn, bank: bank, enumerated: true)
+                let view = try txn.view(named: ViewChecks.name)
+                let rows = Dictionary(uniqueKeysWithValues: view.groups.map { ($0, view.items(inGroup: $0)) })
+                if rows != ViewChecks.expectedRows(balances) {
+                    problems.append("the view is not the accounts sorted by balance at commit \(txn.commit)")
+                }
+                let below = try txn.index(named: Self.indexName).keys(
+                    where: "balance < ?", [.integer(Int(Bank.initialBalance))])
+                let expected = balances.indices.filter { balances[$0] < Bank.initialBalance }
+                    .map { ViewItem(collection: Bank.accountsCollection, key: Bank.accountKey($0)) }
+                if below.sorted() != expected.sorted() {
+                    problems.append(
+                        "the index does not hold the accounts below their start at commit \(txn.commit)")
+                }
+                return problems
+            }
+            for problem in problems { violations.record("litestream: restore: \(problem)") }
+            let commit = copy.latestCommit
+            violations.check(
+                commit <= acknowledged,
+                "litestream: a restore holds commit \(commit), past the \(acknowledged) acknowledged when it ended"
+            )
+            return problems.isEmpty ? commit : nil
+        } catch {
+            violations.record("litestream: a restore does not open as a SnapshotDB database: \(error)")
+            return nil
+        }
+    }
+}
