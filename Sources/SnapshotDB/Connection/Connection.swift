@@ -131,7 +131,17 @@ public final class Connection: Sendable {
     /// - Throws: what `body` throws; ``DatabaseError`` when SQLite fails, or `misuse` when
     ///   called from inside another transaction of this connection.
     public func read<T>(_ body: (ReadTransaction) throws -> T) throws -> T {
-        try serialized { try $0.read(body) }
+        try serialized {
+            try $0.read(
+                interruption: .make(limit: $0.database.configuration.readTimeLimit, cancellation: nil), body)
+        }
+    }
+
+    /// ``read(_:)`` with its own time limit in place of ``Configuration/readTimeLimit``: SQLite's
+    /// work inside `body` past `timeLimit` is stopped with ``DatabaseError/Code/interrupted``
+    /// (see ``Configuration/readTimeLimit``); `nil` for no limit.
+    public func read<T>(timeLimit: Duration?, _ body: (ReadTransaction) throws -> T) throws -> T {
+        try serialized { try $0.read(interruption: .make(limit: timeLimit, cancellation: nil), body) }
     }
 
     /// Runs `body` in a read-write transaction: it commits when `body` returns and rolls back
@@ -152,14 +162,35 @@ public final class Connection: Sendable {
     /// The `async` form of ``read(_:)``: runs on the connection's queue, off the caller's
     /// thread.
     ///
-    /// - Throws: `CancellationError`, without running `body`, when the task is cancelled before
-    ///   the transaction begins; once `body` runs, cancellation does not interrupt it (as for the
-    ///   `async` `readWrite`).
+    /// Cancelling the task stops the read: before the transaction begins, `body` never runs;
+    /// while `body` runs, the SQLite statement it is running stops within microseconds (SQLite's
+    /// progress handler) and the call throws `CancellationError` (Swift code of `body` between
+    /// statements runs on; `Task.isCancelled` is always `false` there, as `body` runs on the
+    /// connection's queue). The read transaction, the connection and its bookmark are unharmed.
+    ///
+    /// - Throws: `CancellationError`, ``DatabaseError/Code/interrupted`` past
+    ///   ``Configuration/readTimeLimit``, and what ``read(_:)`` throws.
     public func read<T: Sendable>(
         _ body: @escaping @Sendable (ReadTransaction) throws -> T
     ) async throws -> T {
+        try await read(limit: nil, useConfiguration: true, body)
+    }
+
+    /// The `async` form of ``read(timeLimit:_:)``.
+    public func read<T: Sendable>(
+        timeLimit: Duration?, _ body: @escaping @Sendable (ReadTransaction) throws -> T
+    ) async throws -> T {
+        try await read(limit: timeLimit, useConfiguration: false, body)
+    }
+
+    private func read<T: Sendable>(
+        limit: Duration?, useConfiguration: Bool, _ body: @escaping @Sendable (ReadTransaction) throws -> T
+    ) async throws -> T {
         try await serializedAsync { core, cancellation in
-            try core.read { transaction in
+            let interruption = ReadInterruption.make(
+                limit: useConfiguration ? core.database.configuration.readTimeLimit : limit,
+                cancellation: cancellation)
+            return try core.read(interruption: interruption) { transaction in
                 try cancellation.check()
                 return try body(transaction)
             }
@@ -238,15 +269,18 @@ extension Connection {
 }
 
 /// Whether the task that called an `async` transaction was cancelled; set from the task's
-/// cancellation handler, read on the connection's queue.
+/// cancellation handler, read on the connection's queue (and by SQLite's progress handler while
+/// a read runs: see ``ReadInterruption``).
 final class TaskCancellation: Sendable {
-    private let isCancelled = Mutex(false)
+    private let cancelled = Atomic<Bool>(false)
 
-    func cancel() { isCancelled.withLock { $0 = true } }
+    func cancel() { cancelled.store(true, ordering: .relaxed) }
+
+    var isCancelled: Bool { cancelled.load(ordering: .relaxed) }
 
     /// Throws `CancellationError` once the task was cancelled.
     func check() throws(CancellationError) {
-        if isCancelled.withLock({ $0 }) { throw CancellationError() }
+        if isCancelled { throw CancellationError() }
     }
 }
 

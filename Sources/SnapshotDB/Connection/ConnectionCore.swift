@@ -186,11 +186,13 @@ final class ConnectionCore: @unchecked Sendable {
 
     // MARK: Transactions
 
-    func read<T>(_ body: (ReadTransaction) throws -> T) throws -> T {
+    /// Runs `body` in a read transaction; with `interruption`, SQLite's work inside `body` is
+    /// checked against it (``ReadInterruption``).
+    func read<T>(interruption: ReadInterruption? = nil, _ body: (ReadTransaction) throws -> T) throws -> T {
         if let bookmark = try bookmarkOrLost() {
             let transaction = ReadTransaction(core: self, commit: bookmark)
             defer { transaction.end() }
-            return try body(transaction)
+            return try run(body, in: transaction, interruption: interruption)
         }
         let commit = try beginReadSnapshot().commit
         let handle = try handle()
@@ -201,7 +203,19 @@ final class ConnectionCore: @unchecked Sendable {
             try? handle.rollback()
             recordSnapshot(nil)
         }
-        return try body(transaction)
+        return try run(body, in: transaction, interruption: interruption)
+    }
+
+    private func run<T>(
+        _ body: (ReadTransaction) throws -> T, in transaction: ReadTransaction,
+        interruption: ReadInterruption?
+    ) throws -> T {
+        guard let interruption else { return try body(transaction) }
+        do {
+            return try handle().checking(interruption) { try body(transaction) }
+        } catch {
+            throw interruption.explain(error, connection: name)
+        }
     }
 
     func readWrite<T>(_ body: (ReadWriteTransaction) throws -> T) throws -> T {

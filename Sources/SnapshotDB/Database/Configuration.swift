@@ -38,6 +38,16 @@ public struct Configuration: Sendable {
     /// ``busyTimeout`` in the milliseconds `sqlite3_busy_timeout` takes, clamped to its range.
     var busyTimeoutMilliseconds: Int32 { busyTimeout.sqliteMilliseconds }
 
+    /// How long SQLite may work inside one read transaction's closure before it is stopped with
+    /// ``DatabaseError/Code/interrupted``; `nil` (the default) for no limit. It bounds queries
+    /// whose cost comes from their input (a secondary index fragment, a full-text search); the
+    /// transaction, the connection and its bookmark are unharmed by the interrupt. It counts
+    /// SQLite's work only, checked every thousand or so virtual-machine steps, not time spent
+    /// in Swift between statements. ``Connection/read(timeLimit:_:)`` sets it per read.
+    /// Read-write transactions are never interrupted: a write commits or rolls back as its
+    /// closure decides.
+    public var readTimeLimit: Duration? = nil
+
     /// How many values each connection keeps decoded in memory; `0` turns the cache off.
     public var cacheLimit: Int = 1_000
 

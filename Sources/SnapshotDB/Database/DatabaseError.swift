@@ -84,6 +84,11 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         /// with side effects) or is not valid SQL, or a full-text query that is not valid FTS5
         /// syntax. Nothing was read or changed.
         public static let invalidQuery = Code("invalidQuery")
+        /// A read ran past its time limit (``Configuration/readTimeLimit``,
+        /// ``Connection/read(timeLimit:_:)``) and SQLite stopped the statement it was running.
+        /// The read transaction, the connection and its bookmark are unharmed: the next read
+        /// works. (A cancelled `async` read throws `CancellationError` instead.)
+        public static let interrupted = Code("interrupted")
         /// No extension of that name and kind is registered, or the snapshot the transaction
         /// reads predates its registration (advance the bookmark).
         public static let unknownExtension = Code("unknownExtension")
@@ -193,6 +198,7 @@ extension DatabaseError {
         case SQLITE_BUSY, SQLITE_LOCKED: code = .busy
         case SQLITE_TOOBIG: code = .valueTooLarge
         case SQLITE_CANTOPEN: code = .cannotOpen
+        case SQLITE_INTERRUPT: code = .interrupted
         case SQLITE_IOERR where systemErrno == ENOSPC || systemErrno == EFBIG: code = .diskFull
         case SQLITE_IOERR, SQLITE_NOLFS: code = .ioError
         // SQLite's message for a schema format number above 4 (a newer file format).

@@ -115,6 +115,7 @@ final class SearchMatcher {
 
     /// Whether the index matches the item with the query now.
     func matches(_ collection: String, _ key: String) throws(DatabaseError) -> Bool {
+        try SearchReader.checkBounds(query)
         let find = try handle.cachedStatement(
             "SELECT id FROM \(prefix)map WHERE collection = ?1 AND key = ?2")
         try find.bind(collection, at: 1)
@@ -136,6 +137,7 @@ final class SearchMatcher {
 
     /// Every item the index matches with the query now.
     func allMatches() throws(DatabaseError) -> [ViewItem] {
+        try SearchReader.checkBounds(query)
         let select = try handle.cachedStatement(
             "SELECT m.collection, m.key FROM \(prefix)fts JOIN \(prefix)map m ON m.id = \(prefix)fts.rowid "
                 + "WHERE \(prefix)fts MATCH ?1")

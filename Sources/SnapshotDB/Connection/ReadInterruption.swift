@@ -1,0 +1,96 @@
+internal import CSQLite
+internal import Synchronization
+
+/// What may stop SQLite's work inside one read transaction's closure: a deadline
+/// (``Configuration/readTimeLimit``, ``Connection/read(timeLimit:_:)``) and the cancellation of
+/// the task that asked for an `async` read.
+///
+/// It is checked by SQLite's progress handler (`sqlite3_progress_handler`) every
+/// ``checkInterval`` virtual-machine steps while the closure runs, on the connection's own
+/// handle: a handler that answers "stop" makes the running statement fail with
+/// `SQLITE_INTERRUPT`. A SELECT stopped this way ends alone; the read transaction stays open, so
+/// a bookmark keeps its snapshot. (`sqlite3_interrupt` was the other way; it stops every
+/// statement of the handle, and one asked for just as a read ends can stop the *next* read.)
+final class ReadInterruption: Sendable {
+    /// The virtual-machine steps between two checks: a check reads the clock (about 25 ns), and
+    /// a thousand steps take some microseconds, so the check costs about a percent and an
+    /// interrupt lands within microseconds.
+    static let checkInterval: Int32 = 1_000
+
+    enum Reason: Int {
+        case none = 0
+        case deadline = 1
+        case cancelled = 2
+    }
+
+    let limit: Duration?
+    private let deadline: ContinuousClock.Instant?
+    private let cancellation: TaskCancellation?
+    private let firedReason = Atomic<Int>(Reason.none.rawValue)
+
+    /// `nil` when there is nothing to check: no limit and no task to cancel.
+    static func make(limit: Duration?, cancellation: TaskCancellation?) -> ReadInterruption? {
+        guard limit != nil || cancellation != nil else { return nil }
+        return ReadInterruption(limit: limit, cancellation: cancellation)
+    }
+
+    private init(limit: Duration?, cancellation: TaskCancellation?) {
+        self.limit = limit
+        self.deadline = limit.map { ContinuousClock.now + $0 }
+        self.cancellation = cancellation
+    }
+
+    /// Why SQLite was stopped, if it was.
+    var reason: Reason { Reason(rawValue: firedReason.load(ordering: .relaxed)) ?? .none }
+
+    /// The progress handler's question: whether to stop now.
+    func shouldStop() -> Bool {
+        if cancellation?.isCancelled == true {
+            firedReason.store(Reason.cancelled.rawValue, ordering: .relaxed)
+            return true
+        }
+        if let deadline, ContinuousClock.now >= deadline {
+            firedReason.store(Reason.deadline.rawValue, ordering: .relaxed)
+            return true
+        }
+        return false
+    }
+
+    /// The error to throw for `error`, which ended the closure: `CancellationError` or a
+    /// typed `interrupted` that names the limit when this interruption stopped SQLite, else
+    /// `error` itself.
+    func explain(_ error: any Error, connection: String) -> any Error {
+        guard (error as? DatabaseError)?.code == .interrupted else { return error }
+        switch reason {
+        case .cancelled:
+            return CancellationError()
+        case .deadline:
+            let limit = limit.map { "\($0)" } ?? "?"
+            return DatabaseError(
+                .interrupted,
+                "a read on connection '\(connection)' ran past its time limit of \(limit), and SQLite stopped it; "
+                    + "the connection and its bookmark are unharmed",
+                sqliteCode: (error as? DatabaseError)?.sqliteCode, cause: error)
+        case .none:
+            return error
+        }
+    }
+}
+
+extension SQLiteHandle {
+    /// Runs `body` with `interruption` checked by SQLite's progress handler; with `nil`, runs it
+    /// as it is (no handler, no cost).
+    func checking<T>(_ interruption: ReadInterruption?, _ body: () throws -> T) rethrows -> T {
+        guard let interruption else { return try body() }
+        let context = Unmanaged.passUnretained(interruption).toOpaque()
+        sqlite3_progress_handler(
+            pointer, ReadInterruption.checkInterval,
+            { context in
+                guard let context else { return 0 }
+                return Unmanaged<ReadInterruption>.fromOpaque(context).takeUnretainedValue().shouldStop()
+                    ? 1 : 0
+            }, context)
+        defer { sqlite3_progress_handler(pointer, 0, nil, nil) }
+        return try withExtendedLifetime(interruption) { try body() }
+    }
+}
