@@ -95,6 +95,11 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "ReadmeTests",
+            dependencies: ["SnapshotDB", "SnapshotDBTestSupport"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "SnapshotDBInspectionTests",
             dependencies: ["SnapshotDBInspection", "SnapshotDBTestSupport", "snapshotdb"],
             swiftSettings: strictSettings
