@@ -66,6 +66,7 @@ public struct SortKey: Sendable, Hashable, Comparable, CustomStringConvertible {
         return lhs.count - rhs.count
     }
 
+    /// The key's bytes in hexadecimal.
     public var description: String {
         "SortKey(" + bytes.map { String($0, radix: 16).leftPadded(to: 2) }.joined() + ")"
     }
@@ -94,8 +95,10 @@ extension SortKeyComponent {
 
 /// A component in descending order (``SortKeyComponent/descending(_:)``).
 public struct Descending<Value: SortKeyComponent>: SortKeyComponent {
+    /// The value whose order is reversed.
     public let value: Value
 
+    /// `value`, in descending order.
     public init(_ value: Value) { self.value = value }
 
     public func appendSortKey(to bytes: inout [UInt8]) {
