@@ -101,6 +101,7 @@ public struct Descending<Value: SortKeyComponent>: SortKeyComponent {
     /// `value`, in descending order.
     public init(_ value: Value) { self.value = value }
 
+    /// Appends the encoding the table of ``SortKey`` gives for this type.
     public func appendSortKey(to bytes: inout [UInt8]) {
         let start = bytes.count
         value.appendSortKey(to: &bytes)
@@ -109,6 +110,7 @@ public struct Descending<Value: SortKeyComponent>: SortKeyComponent {
 }
 
 extension String: SortKeyComponent {
+    /// Appends the encoding the table of ``SortKey`` gives for this type.
     public func appendSortKey(to bytes: inout [UInt8]) {
         // ASCII is its own normalization form C; anything else is normalized, so that
         // canonically equivalent strings (which Swift's `==` calls equal) give one key.
@@ -124,18 +126,21 @@ extension String: SortKeyComponent {
 }
 
 extension Int: SortKeyComponent {
+    /// Appends the encoding the table of ``SortKey`` gives for this type.
     public func appendSortKey(to bytes: inout [UInt8]) {
         Int64(self).appendSortKey(to: &bytes)
     }
 }
 
 extension Int64: SortKeyComponent {
+    /// Appends the encoding the table of ``SortKey`` gives for this type.
     public func appendSortKey(to bytes: inout [UInt8]) {
         appendBigEndian(UInt64(bitPattern: self) ^ (1 << 63), to: &bytes)
     }
 }
 
 extension Double: SortKeyComponent {
+    /// Appends the encoding the table of ``SortKey`` gives for this type.
     public func appendSortKey(to bytes: inout [UInt8]) {
         let canonical: Double = isNaN ? .nan : (self == 0 ? 0 : self)
         let bits = canonical.bitPattern
@@ -144,18 +149,21 @@ extension Double: SortKeyComponent {
 }
 
 extension Date: SortKeyComponent {
+    /// Appends the encoding the table of ``SortKey`` gives for this type.
     public func appendSortKey(to bytes: inout [UInt8]) {
         timeIntervalSinceReferenceDate.appendSortKey(to: &bytes)
     }
 }
 
 extension Bool: SortKeyComponent {
+    /// Appends the encoding the table of ``SortKey`` gives for this type.
     public func appendSortKey(to bytes: inout [UInt8]) {
         bytes.append(self ? 1 : 0)
     }
 }
 
 extension Optional: SortKeyComponent where Wrapped: SortKeyComponent {
+    /// Appends the encoding the table of ``SortKey`` gives for this type.
     public func appendSortKey(to bytes: inout [UInt8]) {
         switch self {
         case .none:
