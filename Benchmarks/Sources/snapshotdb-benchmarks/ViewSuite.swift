@@ -37,11 +37,14 @@ func runViewSuite(_ context: SuiteContext) throws -> SuiteReport {
             "v-changes-1, v-changes-100: after a commit that moved 1 or 100 notes, the reader's advance and "
                 + "`changes(for:)`; GRDB: a new read of the group's ordered keys and `difference(from:)` "
                 + "against the previous array.",
+            "v-load: loading N values in one transaction into a new database whose view is registered, "
+                + "against loading them and then registering the view (both totals; \"without view\" is the "
+                + "second).",
         ])
     let n = context.quick ? 50_000 : 1_000_000
     let wanted = [
         "v-build", "v-commit", "v-commit-normal", "v-open", "v-item", "v-index", "v-changes-1",
-        "v-changes-100",
+        "v-changes-100", "v-load",
     ]
     guard wanted.contains(where: context.wants) else { return report }
     let bench = try ViewBench(context: context, n: n)
@@ -101,6 +104,27 @@ func runViewSuite(_ context: SuiteContext) throws -> SuiteReport {
         } else {
             row.verdicts = ["no target (the CPU cost)"]
         }
+        report.rows.append(row)
+    }
+
+    if context.wants("v-load") {
+        let count = min(n, 200_000)
+        context.progress("(v-load) load \(grouped(count)) values with the view registered, or register after")
+        var registeredFirst: [Duration] = []
+        var registeredAfter: [Duration] = []
+        for round in 0..<max(1, min(context.rounds, 3)) {
+            let (first, after) = try bench.loadComparison(count: count, round: round)
+            registeredFirst.append(first)
+            registeredAfter.append(after)
+        }
+        var row = SuiteRow(
+            id: "v-load", title: "load N values with the view registered (total)", n: count,
+            cells: [
+                "SnapshotDB": format(seconds: median(registeredFirst).seconds),
+                "without view": format(seconds: median(registeredAfter).seconds) + " (load, then register)",
+                "SnapshotDB / without": format(ratio: medianRatio(registeredFirst, registeredAfter)),
+            ])
+        row.verdicts = ["no target (the order of loading and registering)"]
         report.rows.append(row)
     }
 
@@ -213,6 +237,34 @@ final class ViewBench {
 
     static func key(_ index: Int) -> String { benchmarkKey(index) }
     static func folder(_ index: Int) -> String { viewFolders[index % viewFolders.count] }
+
+    /// Loads `count` notes into a new database whose view is registered, and into another that
+    /// registers the view after the load; returns both totals.
+    func loadComparison(count: Int, round: Int) throws -> (registeredFirst: Duration, registeredAfter: Duration) {
+        var generator = SplitMix64(seed: 40 + UInt64(round))
+        let notes = (0..<count).map { ViewNote(title: viewTitle(&generator), folder: Self.folder($0)) }
+        func load(_ db: SnapshotDB.Database) throws {
+            try db.newConnection(name: "load").readWrite { txn in
+                for (index, note) in notes.enumerated() {
+                    try txn.set(note, forKey: Self.key(index), inCollection: "notes")
+                }
+            }
+        }
+        let clock = ContinuousClock()
+        let first = try Self.open(context.freshPath("v-load-first-\(round).sqlite"), sync: .full)
+        let registeredFirst = try clock.measure {
+            try first.register(Self.view)
+            try load(first)
+        }
+        try first.close()
+        let after = try Self.open(context.freshPath("v-load-after-\(round).sqlite"), sync: .full)
+        let registeredAfter = try clock.measure {
+            try load(after)
+            try after.register(Self.view)
+        }
+        try after.close()
+        return (registeredFirst, registeredAfter)
+    }
 
     func load() throws {
         context.progress("(views) loading \(grouped(n)) notes into each engine")
