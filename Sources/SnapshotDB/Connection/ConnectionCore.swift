@@ -106,7 +106,7 @@ final class ConnectionCore: @unchecked Sendable {
                 let header = before.flatMap { handle.walIndexHeader() == $0 ? $0 : nil }
                 state = try database.commitState(of: handle, header: header, published: published)
                 // Commits of other processes: published with their history, read in this snapshot.
-                database.observe(commit: state.commit, reading: handle)
+                database.publishCommits(through: state.commit, reading: handle)
             } catch {
                 try? handle.rollback()
                 throw error
@@ -124,7 +124,7 @@ final class ConnectionCore: @unchecked Sendable {
                 continue
             }
             // The unsealed changes have no changeset: the cache must not answer for anything.
-            database.observe(commit: state.commit)
+            database.publishCommits(through: state.commit)
             cache.removeAll()
             cache.commit = state.commit
             return ReadSnapshot(
@@ -155,7 +155,7 @@ final class ConnectionCore: @unchecked Sendable {
     @discardableResult
     func moveCache(to commit: UInt64) -> [Changeset]? {
         guard cache.commit != commit else {
-            database.observe(commit: commit)
+            database.publishCommits(through: commit)
             return []
         }
         // `changesets(after:through:)` publishes the commits up to `commit` first.
@@ -164,7 +164,7 @@ final class ConnectionCore: @unchecked Sendable {
             cache.commit = commit
             return changesets
         }
-        database.observe(commit: commit)
+        database.publishCommits(through: commit)
         cache.removeAll()
         cache.commit = commit
         return nil
