@@ -43,6 +43,28 @@ struct ExtensionTablesTests {
         }
     }
 
+    /// The catalog records each extension's version behind its table format: a view's pages are
+    /// t5, an index's and a full-text index's tables t4. A change of tag rebuilds what is in a
+    /// file, so these strings are part of the file format.
+    @Test func theCatalogRecordsEachKindsTableFormat() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(SearchResultsViewTests.byTitle)
+            try db.register(SearchResultsViewTests.text)
+            try db.register(SearchResultsViewTests.found)
+            try db.register(IndexTests.people)
+            let catalog = try sqlite3(
+                db.path, "SELECT name, version FROM snapshotdb_extensions ORDER BY name")
+            #expect(
+                catalog == """
+                    articleText|t4:1/title,body
+                    articlesByTitle|t5:1
+                    found|t5:\(SearchResultsViewTests.found.version)
+                    people|t4:1/city:TEXT,age:INTEGER,score:REAL
+
+                    """)
+        }
+    }
+
     @Test func tablesOfTheFirstFormatAreReplacedOnRegistration() throws {
         try withTemporaryDirectory { directory throws in
             let path = directory.appendingPathComponent("legacy.sqlite").path

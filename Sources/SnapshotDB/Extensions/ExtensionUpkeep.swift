@@ -73,7 +73,7 @@ extension Database {
         var inFile: Set<String> = []
         for entry in entries {
             if let definition = registered[entry.name], definition.kind == entry.kind,
-                ExtensionCatalog.storedVersion(definition) == entry.version
+                definition.storedVersion == entry.version
             {
                 inFile.insert(entry.name)
             } else {

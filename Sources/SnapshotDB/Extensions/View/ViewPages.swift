@@ -38,6 +38,9 @@ final class ViewPages {
     static let cacheLimit = 4_096
     /// The distance between the positions of consecutive pages when positions are handed out.
     static let positionStep: Int64 = 1 << 32
+    /// The format tag of every view's tables (see ``ExtensionDefinition/tableFormat``): t5,
+    /// pages of items with their counts in memory, no tree of rows.
+    static let tableFormat = "t5"
 
     struct Page: Equatable {
         let id: Int64
