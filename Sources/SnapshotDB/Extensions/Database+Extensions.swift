@@ -256,6 +256,7 @@ enum ExtensionCatalog {
             try dropTables(prefix: prefix, handle: handle)
         }
         handle.clearCachedStatements()
+        ExtensionHandleCache.of(handle).tablesDropped()
     }
 
     private static func dropTables(prefix: String, handle: SQLiteHandle) throws(DatabaseError) {

@@ -96,11 +96,16 @@ public struct IndexReader {
         }
         let order = orderBy.map { "\n ORDER BY \($0)" } ?? "\n ORDER BY collection, key"
         let handle = try transaction.core.handle()
-        try handle.checkFragment(
-            "SELECT 1 FROM \(table.name) WHERE (\(whereClause))\n"
-                + (orderBy.map { " ORDER BY \($0)" } ?? ""),
-            policy: table.policy,
-            fragment: orderBy.map { "\(whereClause) ORDER BY \($0)" } ?? whereClause)
+        let checked =
+            "SELECT 1 FROM \(table.name) WHERE (\(whereClause))\n" + (orderBy.map { " ORDER BY \($0)" } ?? "")
+        let approval = table.policy.columnsKey + "|" + checked
+        let handleCache = ExtensionHandleCache.of(handle)
+        if !handleCache.isApproved(approval) {
+            try handle.checkFragment(
+                checked, policy: table.policy,
+                fragment: orderBy.map { "\(whereClause) ORDER BY \($0)" } ?? whereClause)
+            handleCache.approve(approval)
+        }
         return "SELECT \(select) FROM \(table.name) WHERE (\(whereClause))\(order)"
             + (limit ? "\n LIMIT ?" : "")
     }
@@ -112,8 +117,9 @@ public struct IndexReader {
         let key = IndexQueryKey(
             table: table.name, columns: table.policy.columnsKey, select: select, whereClause: whereClause,
             orderBy: orderBy, hasLimit: limit != nil)
+        let handleCache = ExtensionHandleCache.of(handle)
         let statement: SQLiteStatement
-        if let last = handle.lastIndexQuery, last.key == key {
+        if let last = handleCache.lastIndexQuery, last.key == key {
             // The same query again (a loop over arguments): already checked and prepared.
             try transaction.checkActive()
             statement = last.statement
@@ -121,7 +127,7 @@ public struct IndexReader {
             let sql = try query(
                 select: select, whereClause: whereClause, orderBy: orderBy, limit: limit != nil)
             statement = try handle.cachedStatement(sql)
-            handle.lastIndexQuery = (key, statement)
+            handleCache.lastIndexQuery = (key, statement)
         }
         let expected = arguments.count + (limit != nil ? 1 : 0)
         guard statement.parameterCount == expected else {
