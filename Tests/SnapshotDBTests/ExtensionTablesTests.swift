@@ -65,6 +65,25 @@ struct ExtensionTablesTests {
         }
     }
 
+    /// Only an extension the snapshot does not hold is `unknownExtension`: an error reading the
+    /// catalog (here a table another client dropped) is thrown as SQLite reported it, in read and
+    /// in write transactions.
+    @Test func anErrorReadingTheCatalogIsNotAMissingExtension() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            let reader = db.newConnection(name: "reader")
+            try reader.read { txn in _ = try txn.view(named: "byTitle") }
+            try sqlite3(db.path, "DROP TABLE snapshotdb_extension_state")
+            let fresh = db.newConnection(name: "fresh")
+            let read = expectError(.sqlite) { try fresh.read { try $0.view(named: "byTitle") } }
+            #expect(
+                read?.message.contains("snapshotdb_extension_state") == true, "\(String(describing: read))")
+            let write = expectError(.sqlite) { try fresh.readWrite { try $0.view(named: "byTitle") } }
+            #expect(
+                write?.message.contains("snapshotdb_extension_state") == true, "\(String(describing: write))")
+        }
+    }
+
     @Test func tablesOfTheFirstFormatAreReplacedOnRegistration() throws {
         try withTemporaryDirectory { directory throws in
             let path = directory.appendingPathComponent("legacy.sqlite").path
