@@ -166,7 +166,7 @@ final class ForeignCommitWatcher: Sendable {
             }
             let published = database.publishedCommit.load(ordering: .acquiring)
             try handle.statement(.begin).execute()
-            defer { try? handle.rollback() }
+            defer { handle.rollback(after: "a look for other processes' commits", logger: database.logger) }
             let fix = try handle.statement(.fixSnapshot)
             _ = try fix.step()
             fix.reset()

@@ -140,7 +140,7 @@ final class HistoryPurger: Sendable {
             try handle.rollback()
             guard cutoff > floor else { return .done }
         } catch {
-            try? handle.rollback()
+            handle.rollback(after: "an error checking the history's bound", logger: database.logger)
             return error.code == .busy ? .busy : .done
         }
         let deadline = Date(timeIntervalSinceNow: Checkpointer.resetWait.timeInterval)
@@ -152,7 +152,7 @@ final class HistoryPurger: Sendable {
                 () throws(DatabaseError) in
                 try handle.statement(.beginImmediate).execute()
             }
-            defer { try? handle.rollback() }
+            defer { handle.rollback(after: "purging the history", logger: database.logger) }
             let (cutoff, floor) = try Self.cutoff(retention, handle: handle)
             guard cutoff > floor else { return .done }
             let target = min(cutoff, floor + UInt64(Self.stepRows))

@@ -51,6 +51,9 @@ final class ConnectionCore: @unchecked Sendable {
         try database.checkOpen()
         let configuration = database.configuration
         let handle = try SQLiteHandle(path: database.path)
+        #if DEBUG
+            handle.faults = database.faults
+        #endif
         handle.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
         try handle.configureForSnapshotDB(
             synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
@@ -108,7 +111,9 @@ final class ConnectionCore: @unchecked Sendable {
                 // Commits of other processes: published with their history, read in this snapshot.
                 database.publishCommits(through: state.commit, reading: handle)
             } catch {
-                try? handle.rollback()
+                handle.rollback(
+                    after: "an error beginning a read transaction on connection '\(name)'",
+                    logger: database.logger)
                 throw error
             }
             let movedFrom = cache.commit
@@ -119,7 +124,9 @@ final class ConnectionCore: @unchecked Sendable {
             }
             if !triedSealing {
                 triedSealing = true
-                try? handle.rollback()
+                handle.rollback(
+                    after: "a read transaction on connection '\(name)' found unsealed foreign writes",
+                    logger: database.logger)
                 _ = database.writer.sealWithoutWaiting(on: handle, database: database)
                 continue
             }
@@ -205,7 +212,7 @@ final class ConnectionCore: @unchecked Sendable {
         let transaction = ReadTransaction(core: self, commit: commit)
         defer {
             transaction.end()
-            try? handle.rollback()
+            handle.rollback(after: "a read transaction on connection '\(name)'", logger: database.logger)
             recordSnapshot(nil)
         }
         return try body(transaction)
@@ -248,11 +255,12 @@ final class ConnectionCore: @unchecked Sendable {
     }
 
     /// Ends the open transaction on `handle` after an error: the caller's error wins, and a
-    /// `ROLLBACK` that fails marks the handle broken, so that the next transaction opens a new
-    /// one (closing a handle rolls back what it had open): the connection never goes on inside
-    /// a transaction it could not end.
+    /// `ROLLBACK` that fails is logged and marks the handle broken, so that the next transaction
+    /// opens a new one (closing a handle rolls back what it had open): the connection never goes
+    /// on inside a transaction it could not end.
     func rollback(_ handle: SQLiteHandle) {
-        try? handle.rollback()
+        handle.rollback(
+            after: "an error in a write transaction on connection '\(name)'", logger: database.logger)
     }
 
     /// Ends the open transaction on `handle` when no error came first: a failed `ROLLBACK` is
@@ -271,7 +279,10 @@ final class ConnectionCore: @unchecked Sendable {
         let previousBookmark = previous.isBookmark ? previous.snapshot : nil
         // End the old SQLite read transaction but keep the old bookmark recorded until the new
         // one is: `deliveredThrough` pins the commit log entries this advance must return.
-        if previousBookmark != nil, let openedHandle { try? openedHandle.rollback() }
+        if previousBookmark != nil, let openedHandle {
+            openedHandle.rollback(
+                after: "the bookmark of connection '\(name)' was advanced", logger: database.logger)
+        }
         let snapshot: ReadSnapshot
         do {
             snapshot = try beginReadSnapshot()
@@ -320,13 +331,16 @@ final class ConnectionCore: @unchecked Sendable {
     /// bookmark is released and the connection's next read throws `bookmarkLost`.
     func reseatBookmark(at commit: UInt64) -> BookmarkReseat {
         guard record.bookmark == commit, let handle = openedHandle else { return .skipped }
-        try? handle.rollback()
+        handle.rollback(
+            after: "the bookmark of connection '\(name)' was released to be taken again",
+            logger: database.logger)
         do throws(DatabaseError) {
             if database.faults.shouldFail(.reseat) { throw FaultInjector.error(.reseat) }
             try handle.statement(.begin).execute()
             if try handle.readCommitState() == CommitState(commit: commit, unsealed: 0) { return .reseated }
         } catch {}
-        try? handle.rollback()
+        handle.rollback(
+            after: "the bookmark of connection '\(name)' could not be taken again", logger: database.logger)
         recordSnapshot(nil)
         record.update { $0.bookmarkLost = true }
         return .lost
@@ -341,7 +355,8 @@ final class ConnectionCore: @unchecked Sendable {
             return record.isBookmark
         }
         guard hadBookmark else { return }
-        if let openedHandle { try? openedHandle.rollback() }
+        openedHandle?.rollback(
+            after: "the bookmark of connection '\(name)' was ended", logger: database.logger)
         recordSnapshot(nil)
     }
 

@@ -146,7 +146,7 @@ final class Writer: Sendable {
                 guard state.unsealed != 0 else { return state.commit }
                 try seal(state, on: handle, database: database)
             } catch {
-                try? handle.rollback()
+                handle.rollback(after: "an error beginning a write transaction", logger: database.logger)
                 throw error
             }
         }
@@ -204,7 +204,7 @@ final class Writer: Sendable {
             }
             try handle.statement(.clearForeignChanges).execute()
         } catch {
-            try? handle.rollback()
+            handle.rollback(after: "an error reading foreign writes to seal", logger: database.logger)
             throw error
         }
         let date = Date()
@@ -307,7 +307,7 @@ final class Writer: Sendable {
             () throws(DatabaseError) in
             try handle.statement(.beginImmediate).execute()
         }
-        defer { try? handle.rollback() }
+        defer { handle.rollback(after: "sealing foreign writes", logger: database.logger) }
         let state = try database.commitState(of: handle, header: nil, published: published)
         database.publishCommits(through: state.commit, reading: handle)
         if state.unsealed != 0 { try seal(state, on: handle, database: database) }
@@ -332,7 +332,7 @@ final class Writer: Sendable {
             token = try History.write(history, on: handle)
             if sealing { try handle.statement(.sealExternal).execute() }
         } catch {
-            try? handle.rollback()
+            handle.rollback(after: "an error writing commit \(commit)'s history", logger: database.logger)
             throw error
         }
         database.registerPending(changeset, token: token)
@@ -349,7 +349,7 @@ final class Writer: Sendable {
             try handle.statement(.commit).execute()
         } catch {
             database.discardPending()
-            try? handle.rollback()
+            handle.rollback(after: "a failed COMMIT of commit \(commit)", logger: database.logger)
             throw error
         }
         // SQLite adds one to the header's change counter per commit: one more than before, the

@@ -161,12 +161,20 @@ final class SQLiteHandle {
     /// cannot end, and its owner replaces it (closing a handle rolls back what it had open).
     private(set) var isBroken = false
 
+    #if DEBUG
+        /// The faults tests inject into a connection's handle (``FaultInjector/Fault/rollback``).
+        var faults: FaultInjector?
+    #endif
+
     /// Ends the open transaction, if any, without committing.
     ///
     /// - Throws: the error of a `ROLLBACK` that failed; the handle is then ``isBroken``.
     func rollback() throws(DatabaseError) {
         guard !isAutocommit else { return }
-        do {
+        do throws(DatabaseError) {
+            #if DEBUG
+                if faults?.shouldFail(.rollback) == true { throw FaultInjector.error(.rollback) }
+            #endif
             try statement(.rollback).execute()
         } catch {
             isBroken = true
