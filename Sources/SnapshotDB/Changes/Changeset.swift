@@ -1,5 +1,5 @@
 public import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// What one commit changed: an immutable value delivered to bookmarked connections and
 /// `Database.changes()` subscribers.

@@ -1,6 +1,8 @@
 internal import Dispatch
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 /// How much durable history a database file keeps: the newest ``commits`` commits, of at most
 /// ``age``, in at most about ``bytes``; whichever bound is tightest wins.

@@ -1,7 +1,7 @@
 internal import Dispatch
 internal import Foundation
 internal import Logging
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// Runs the database's checkpoints on its own SQLite handle, off the committing threads, and
 /// keeps the facts the checkpoint monitor reports.

@@ -1,6 +1,6 @@
 internal import Dispatch
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// A connection to a ``Database``: one SQLite handle with its statement cache, its value cache
 /// and, optionally, a bookmarked snapshot.

@@ -1,5 +1,7 @@
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 /// The state of one connection, touched only on the connection's serial queue: its SQLite
 /// handle, its snapshots (ordinary read transactions and the bookmark) and its value cache.

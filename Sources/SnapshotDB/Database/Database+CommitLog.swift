@@ -1,6 +1,8 @@
 internal import Dispatch
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 /// What a `Database` knows about its commits, its connections and its subscribers; guarded by
 /// `Database.state`.

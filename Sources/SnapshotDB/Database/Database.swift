@@ -1,7 +1,9 @@
 internal import Dispatch
 internal import Foundation
 internal import Logging
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 #if canImport(Glibc)
     internal import Glibc

@@ -1,5 +1,7 @@
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 extension Database {
     /// Registers `extension` and builds it from the values when it is new here or its version

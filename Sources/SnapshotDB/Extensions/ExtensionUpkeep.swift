@@ -1,5 +1,5 @@
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// Which extensions the file holds that this process does not keep, so that a write by a
 /// process that does not maintain an extension never leaves it stale silently.

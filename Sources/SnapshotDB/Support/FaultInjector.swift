@@ -1,4 +1,4 @@
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// Faults that tests inject into branches the release code cannot reach on demand: a bookmark
 /// that cannot be taken again during a WAL reset, a `BEGIN` that fails during an advance, a
