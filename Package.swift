@@ -78,6 +78,7 @@ let package = Package(
         ),
         .target(
             name: "SnapshotDBTestSupport",
+            dependencies: [.product(name: "Logging", package: "swift-log")],
             path: "Tests/SnapshotDBTestSupport",
             swiftSettings: strictSettings
         ),

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # ThreadSanitizer run: the concurrency suites and a short stress run, built with
-# -DSNAPSHOTDB_TSAN so that every Mutex is one TSan sees (Sources/SnapshotDBLocking): Swift's
-# Synchronization.Mutex is invisible to TSan on Linux, and without this every guarded access is
-# reported as a race. Exits non-zero on the first report (halt_on_error).
+# -DSNAPSHOTDB_TSAN so that every Mutex is one TSan sees: Swift's Synchronization.Mutex is
+# invisible to TSan on Linux, and without this every guarded access is reported as a race.
+# Every target takes `Mutex` from SnapshotDBLocking (Sources/SnapshotDBLocking/Mutex.swift),
+# which is Synchronization.Mutex in other builds and a pthread mutex in this one. Exits non-zero
+# on the first report (halt_on_error).
 #   Scripts/tsan.sh                 # suites + 25 s of stress
 #   Scripts/tsan.sh --duration 60   # longer stress
 #   Scripts/tsan.sh --suites-only   # what CI runs
@@ -17,6 +19,13 @@ case "${1:-}" in
   --duration) duration="$2" ;;
   --suites-only) suitesOnly=1 ;;
 esac
+# A file that imported all of Synchronization would lock Synchronization.Mutex here, unseen.
+if grep -rnE '^[[:space:]]*(@_exported )?((internal|public|package) )?import Synchronization[[:space:]]*$' \
+  Sources Tests Package.swift; then
+  echo "tsan: the files above import all of Synchronization; take Mutex from SnapshotDBLocking" \
+    "and import 'struct Synchronization.Atomic' where Atomic is needed" >&2
+  exit 1
+fi
 flags=(--sanitize=thread --scratch-path .build-tsan -Xswiftc -DSNAPSHOTDB_TSAN)
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 suites='CheckpointConcurrencyTests|LongLivedReadTests|WriterContractTests|ViewTests|ViewSharingTests|TransactionTests|MisuseTests|ChangeSummaryTests|LifecycleTests|BusyTests|HistoryTests|ConsumerTests'

@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import SnapshotDB
-import Synchronization
+import SnapshotDBLocking
 
 /// `snapshotdb demo [DIR]`: a guided run of what SnapshotDB is for, on a fresh database.
 ///

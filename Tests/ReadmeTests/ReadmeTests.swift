@@ -121,12 +121,3 @@ struct ReadmeTests {
         print("README BLOCKS RAN")
     }
 }
-
-/// Runs `body` with a new temporary directory, removed afterwards.
-private func withTemporaryDirectory<T>(_ body: (URL) throws -> T) throws -> T {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
-        "snapshotdb-readme-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: directory) }
-    return try body(directory)
-}

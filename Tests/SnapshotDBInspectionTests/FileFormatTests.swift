@@ -13,7 +13,7 @@ struct FileFormatTests {
 
     @Test("the commit counter read from pages equals SQLite's", arguments: layouts)
     func counterMatchesSQLite(layout: (pageSize: Int, encoding: String)) throws {
-        try withTemporaryDatabase(pageSize: layout.pageSize, encoding: layout.encoding) { path in
+        try withFixtureDatabase(pageSize: layout.pageSize, encoding: layout.encoding) { path in
             try Python.run(Python.commit, path, "7", "crash")
             let report = try SnapshotDBInspector.inspect(databaseAt: path, options: .separateProcess)
             #expect(report.database.header.pageSize == layout.pageSize)
@@ -32,7 +32,7 @@ struct FileFormatTests {
 
     @Test("interior b-tree pages and overflow chains are followed")
     func interiorAndOverflowPages() throws {
-        try withTemporaryDatabase(pageSize: 1024) { path in
+        try withFixtureDatabase(pageSize: 1024) { path in
             // Enough schema rows to make page 1 an interior page, long SQL text that overflows,
             // and a meta table of many long-named rows with the counter row at the end.
             try Python.run(
@@ -67,7 +67,7 @@ struct FileFormatTests {
     /// after the new valid prefix are the stale tail of the previous generation.
     @Test("a stale tail after a WAL reset is counted and ignored")
     func staleTail() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try Python.run(
                 """
                 import os, sqlite3, sys
@@ -101,7 +101,7 @@ struct FileFormatTests {
     /// frames are stale (page 0, salts 0) and reported as zero-filled, not as an older generation.
     @Test("zero-filled frames past the valid prefix are reported as preallocated")
     func zeroFilledTail() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try Python.run(
                 """
                 import os, sqlite3, sys
@@ -134,7 +134,7 @@ struct FileFormatTests {
     /// The test rewrites a little-endian WAL that way; SQLite's own recovery must accept it too.
     @Test("big-endian WAL checksums are verified")
     func bigEndianChecksums() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try Python.run(Python.commit, path, "3", "crash")
             try FileManager.default.removeItem(atPath: path + "-shm")
             try Python.run(
@@ -175,7 +175,7 @@ struct FileFormatTests {
 
     @Test("a wal-index whose two header copies differ is reported as torn, not trusted")
     func tornWALIndex() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try Python.run(Python.commit, path, "2", "crash")
             let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path + "-shm"))
             try handle.seek(toOffset: 48 + 16)  // mxFrame of the second copy

@@ -18,7 +18,7 @@ import Testing
 struct InProcessSafetyTests {
     @Test("probeLocks and inspect(.inProcess) keep this process's POSIX locks; transient reads drop them")
     func locksSurvive() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try Python.run(Python.commit, path, "2", "crash")
             let sharedMemory = open(path + "-shm", O_RDWR | O_CLOEXEC)
             let database = open(path, O_RDWR | O_CLOEXEC)

@@ -8,7 +8,7 @@ import Testing
 struct JSONAndExitCodeTests {
     @Test("--json parses, has the documented keys, and decodes back into the report")
     func jsonKeys() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try Python.run(Python.commit, path, "4", "crash")
             let json = try Tool.inspectJSON(path, "--frames")
             for key in [
@@ -47,7 +47,7 @@ struct JSONAndExitCodeTests {
 
     @Test("thresholds: 0 healthy, 1 exceeded")
     func thresholds() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try Python.run(Python.commit, path, "3", "crash")  // 6 frames, none checkpointed
             let walSize = try #require(
                 try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int)

@@ -8,7 +8,7 @@ import Testing
 struct ReadOnlyTests {
     @Test("inspect and watch leave the three files byte-for-byte unchanged, with a live reader")
     func filesUnchanged() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try Python.run(Python.commit, path, "2", "crash")
             let reader = try ReaderProcess(path: path)
             defer { reader.finish() }
@@ -34,7 +34,7 @@ struct ReadOnlyTests {
 
     @Test("a missing -wal and -shm stay missing")
     func noFileCreated() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             let before = FileSet(databasePath: path)
             #expect(before.wal == nil && before.sharedMemory == nil)
             let result = try Tool.run("inspect", path)
@@ -48,7 +48,7 @@ struct ReadOnlyTests {
 
     @Test("watch refreshes the given number of times")
     func watchCount() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             let result = try Tool.run("watch", path, "--count", "3", "--interval", "0.05", "--json")
             #expect(result.status == 0)
             let lines = result.standardOutput.split(separator: "\n")
@@ -108,7 +108,7 @@ struct ReadOnlyTests {
 
     @Test("damaged input is refused with exit 2 and one line on stderr, changing nothing", arguments: damages)
     func damagedInput(_ damage: Damage) throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try damage.damage(path)
             let before = FileSet(databasePath: path)
             for arguments in [

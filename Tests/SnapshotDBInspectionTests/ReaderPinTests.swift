@@ -14,7 +14,7 @@ struct ReaderPinTests {
     ///     tool                                                              inspect
     @Test("a slot-0 reader is named and blocks all backfill")
     func slotZeroReader() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             let reader = try ReaderProcess(path: path)
             defer { reader.finish() }
             #expect(reader.commit == 0)
@@ -65,7 +65,7 @@ struct ReaderPinTests {
     ///     tool                                                      inspect · checkpoint
     @Test("a slot 1...4 reader is named with its mark, the frames it pins and the commits behind")
     func walReader() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try Python.run(Python.commit, path, "3", "crash")
             let reader = try ReaderProcess(path: path)
             defer { reader.finish() }
@@ -141,7 +141,7 @@ struct ReaderPinTests {
 
     @Test("an open write transaction is named as the writer and blocks the reset")
     func activeWriter() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try Python.run(Python.commit, path, "1", "crash")
             let writer = try ReaderProcess(path: path, script: Python.holdWriter)
             defer { writer.finish() }
@@ -166,7 +166,7 @@ struct ReaderPinTests {
 
     @Test("every held slot is listed, and the oldest snapshot comes first")
     func twoReaders() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             let slotZero = try ReaderProcess(path: path)
             defer { slotZero.finish() }
             try Python.run(Python.commit, path, "2", "close")

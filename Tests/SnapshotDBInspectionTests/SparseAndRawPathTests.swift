@@ -16,7 +16,7 @@ struct SparseAndRawPathTests {
     /// read every frame header of the hole (26 s, and past a minute with `--frames`, which
     /// listed 16.7 million empty frames).
     @Test func aSparse64GiBWALIsInspectedInMomentsAndItsTailReportedAsZeroFilled() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try Python.run(Python.commit, path, "3", "crash")
             let walPath = path + "-wal"
             let frameBytes = 4096 + 24
@@ -55,7 +55,7 @@ struct SparseAndRawPathTests {
     /// Frames that follow a hole are still read: a stale frame of an older generation past the
     /// hole is reported as such.
     @Test func framesAfterAHoleAreStillRead() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try Python.run(Python.commit, path, "2", "crash")
             let walPath = path + "-wal"
             let wal = try Data(contentsOf: URL(fileURLWithPath: walPath))
@@ -107,7 +107,7 @@ struct SparseAndRawPathTests {
     /// A database named `caf\xE9.sqlite` (Latin-1, not UTF-8), with a `-wal` and `-shm` as a
     /// crash leaves them. Before, the tool looked for `caf\u{FFFD}.sqlite` and exited 2.
     @Test func aDatabaseWhoseNameIsNotUTF8IsFound() throws {
-        try withTemporaryDatabase { path in
+        try withFixtureDatabase { path in
             try Python.run(Python.commit, path, "4", "crash")
             let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
             let rawName = Array(directory.path.utf8) + Array("/caf".utf8) + [0xE9] + Array(".sqlite".utf8)

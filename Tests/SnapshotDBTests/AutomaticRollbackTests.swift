@@ -1,5 +1,6 @@
 import Foundation
 import SnapshotDB
+import SnapshotDBTestSupport
 import Testing
 
 /// Some errors make SQLite roll back the whole transaction on its own (an I/O error or a full

@@ -1,6 +1,7 @@
 import CSQLite
 import Foundation
 import SnapshotDB
+import SnapshotDBTestSupport
 import Testing
 
 /// Locks held by another process (a `python3` child with its own SQLite connection): a writer

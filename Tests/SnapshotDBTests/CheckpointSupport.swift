@@ -1,7 +1,7 @@
 import Foundation
 import Logging
+import SnapshotDBLocking
 import SnapshotDBTestSupport
-import Synchronization
 import Testing
 
 @testable import SnapshotDB

@@ -1,8 +1,8 @@
 import Foundation
 import Logging
 import MetricsTestKit
+import SnapshotDBLocking
 import SnapshotDBTestSupport
-import Synchronization
 import Testing
 
 @testable import SnapshotDB

@@ -2,6 +2,7 @@ import CSQLite
 import Foundation
 import Logging
 import SnapshotDB
+import SnapshotDBTestSupport
 import Testing
 
 /// Damaged files on disk: a main file with a garbage b-tree page, and `-wal`/`-shm` files

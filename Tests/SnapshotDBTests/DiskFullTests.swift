@@ -1,5 +1,6 @@
 import Foundation
 import SnapshotDB
+import SnapshotDBTestSupport
 import Testing
 
 /// A full disk, made real by a file size limit (`RLIMIT_FSIZE`) on a child process: SQLite's

@@ -1,4 +1,5 @@
 import Foundation
+import SnapshotDBTestSupport
 import Testing
 
 @testable import SnapshotDB
@@ -40,6 +41,47 @@ struct ExtensionTablesTests {
                 }
                 #expect(titles == titles.sorted())
             }
+        }
+    }
+
+    /// The catalog records each extension's version behind its table format: a view's pages are
+    /// t5, an index's and a full-text index's tables t4. A change of tag rebuilds what is in a
+    /// file, so these strings are part of the file format.
+    @Test func theCatalogRecordsEachKindsTableFormat() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(SearchResultsViewTests.byTitle)
+            try db.register(SearchResultsViewTests.text)
+            try db.register(SearchResultsViewTests.found)
+            try db.register(IndexTests.people)
+            let catalog = try sqlite3(
+                db.path, "SELECT name, version FROM snapshotdb_extensions ORDER BY name")
+            #expect(
+                catalog == """
+                    articleText|t4:1/title,body
+                    articlesByTitle|t5:1
+                    found|t5:\(SearchResultsViewTests.found.version)
+                    people|t4:1/city:TEXT,age:INTEGER,score:REAL
+
+                    """)
+        }
+    }
+
+    /// Only an extension the snapshot does not hold is `unknownExtension`: an error reading the
+    /// catalog (here a table another client dropped) is thrown as SQLite reported it, in read and
+    /// in write transactions.
+    @Test func anErrorReadingTheCatalogIsNotAMissingExtension() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            let reader = db.newConnection(name: "reader")
+            try reader.read { txn in _ = try txn.view(named: "byTitle") }
+            try sqlite3(db.path, "DROP TABLE snapshotdb_extension_state")
+            let fresh = db.newConnection(name: "fresh")
+            let read = expectError(.sqlite) { try fresh.read { try $0.view(named: "byTitle") } }
+            #expect(
+                read?.message.contains("snapshotdb_extension_state") == true, "\(String(describing: read))")
+            let write = expectError(.sqlite) { try fresh.readWrite { try $0.view(named: "byTitle") } }
+            #expect(
+                write?.message.contains("snapshotdb_extension_state") == true, "\(String(describing: write))")
         }
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import SnapshotDB
+import SnapshotDBTestSupport
 import Testing
 
 #if canImport(Glibc)

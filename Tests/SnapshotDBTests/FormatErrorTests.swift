@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import SnapshotDBTestSupport
 import Testing
 
 @testable import SnapshotDB

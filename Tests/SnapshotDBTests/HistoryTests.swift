@@ -1,7 +1,9 @@
 import Foundation
+import SnapshotDBLocking
 import SnapshotDBTestSupport
-import Synchronization
 import Testing
+
+import struct Synchronization.Atomic
 
 @testable import SnapshotDB
 

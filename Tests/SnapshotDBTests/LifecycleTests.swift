@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SnapshotDBTestSupport
 import Testing
 
 @testable import SnapshotDB

@@ -1,6 +1,6 @@
 import Foundation
 import SnapshotDB
-import Synchronization
+import SnapshotDBLocking
 import Testing
 
 /// The API used in ways it does not allow, or in its less obvious corners: the outcome is a

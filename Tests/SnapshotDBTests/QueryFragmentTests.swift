@@ -1,4 +1,5 @@
 import Foundation
+import SnapshotDBTestSupport
 import Testing
 
 @testable import SnapshotDB

@@ -1,5 +1,6 @@
 import Foundation
 import SnapshotDB
+import SnapshotDBTestSupport
 import Testing
 
 /// Releasing the last reference to a `Database` frees its path before the release returns, so

@@ -1,33 +1,7 @@
 import Foundation
-import Logging
 import SnapshotDB
 import SnapshotDBTestSupport
 import Testing
-
-/// A passing `swift test` prints nothing: the test process's default log handler discards
-/// what the library logs. Tests that expect a log give the configuration a ``LogCapture``
-/// logger (its own handler) and assert on what it caught.
-let quietLogging: Void = LoggingSystem.bootstrap { _ in SwiftLogNoOpLogHandler() }
-
-/// A fresh directory under the system temporary directory, removed after `body`.
-func withTemporaryDirectory<T>(_ body: (URL) throws -> T) throws -> T {
-    quietLogging
-    let directory = FileManager.default.temporaryDirectory
-        .appendingPathComponent("snapshotdb-tests-\(UUID().uuidString)", isDirectory: true)
-    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: directory) }
-    return try body(directory)
-}
-
-/// The async form of ``withTemporaryDirectory(_:)``.
-func withTemporaryDirectory<T>(_ body: (URL) async throws -> T) async throws -> T {
-    quietLogging
-    let directory = FileManager.default.temporaryDirectory
-        .appendingPathComponent("snapshotdb-tests-\(UUID().uuidString)", isDirectory: true)
-    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: directory) }
-    return try await body(directory)
-}
 
 /// A new database in a fresh temporary directory, released before the directory is removed.
 func withTemporaryDatabase<T>(

@@ -1,5 +1,6 @@
 import Foundation
 import SnapshotDB
+import SnapshotDBTestSupport
 import Testing
 
 /// What SQLite cannot detect, shown so that the README's warning stays true: a byte changed

@@ -2,6 +2,7 @@ import CSQLite
 import Foundation
 import Logging
 import SnapshotDB
+import SnapshotDBTestSupport
 import Testing
 
 #if canImport(Glibc)

@@ -1,5 +1,6 @@
 import Foundation
 import SnapshotDB
+import SnapshotDBTestSupport
 import Testing
 
 /// A view's page order and counts live in memory (the layout), shared between the writer, the

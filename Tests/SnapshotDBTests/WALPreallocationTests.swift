@@ -1,5 +1,6 @@
 import Foundation
 import SnapshotDB
+import SnapshotDBTestSupport
 import Testing
 
 /// The `snapshotdb` VFS (`Sources/CSnapshotDBVFS/snapshotdb_vfs.c`) extends the WAL with zeros

@@ -72,6 +72,37 @@ struct WriterContractTests {
         }
     }
 
+    /// A `ROLLBACK` that fails after the transaction's own error leaves that error the one
+    /// thrown, is logged rather than lost, and the connection goes on with a new SQLite handle
+    /// (closing the old one rolls back what it held).
+    @Test func aRollbackThatFailsAfterAnErrorIsLoggedAndTheConnectionGoesOn() throws {
+        let logs = LogCapture()
+        var configuration = Configuration()
+        configuration.checkpointLogger = logs.logger
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let writer = db.newConnection(name: "writer")
+            try Self.write(writer, "a")
+            db.faults.arm(.rollback)
+            #expect(throws: Refused.self) {
+                try writer.readWrite { txn in
+                    try txn.set(Item(title: "lost"), forKey: "lost", inCollection: "c")
+                    throw Refused()
+                }
+            }
+            let errors = logs.messages(at: .error)
+            #expect(
+                errors.contains {
+                    $0.contains(
+                        "ROLLBACK after an error in a write transaction on connection 'writer' failed")
+                        && $0.contains("injected fault: rollback")
+                }, "\(errors)")
+            try Self.write(writer, "b")
+            #expect(db.latestCommit == 2)
+            #expect(try writer.read { try $0.hasValue(forKey: "lost", inCollection: "c") } == false)
+            #expect(try db.newConnection().read { try $0.count(inCollection: "c") } == 2)
+        }
+    }
+
     @Test func aBookmarkLostOnReseatIsReportedToItsConnection() throws {
         let logs = LogCapture()
         var configuration = Configuration()

@@ -1,5 +1,5 @@
 public import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// What one commit changed: an immutable value delivered to bookmarked connections and
 /// `Database.changes()` subscribers.
@@ -287,7 +287,7 @@ struct ChangesetBuilder {
 
     private(set) var operations: [Operation] = []
     private(set) var clearedAllCollections = false
-    /// The operations already folded into `touchedKeys` and `touchedCollections`.
+    /// The operations already folded into `touchedKeys` and `clearedCollections`.
     private var indexedCount = 0
     private var touchedKeys: Set<CacheKey> = []
     private var clearedCollections: Set<String> = []

@@ -1,6 +1,6 @@
 public import Dispatch
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
 
 extension Database {
     /// Every commit published after this call, in commit order, without gaps.

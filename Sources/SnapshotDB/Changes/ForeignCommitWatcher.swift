@@ -1,6 +1,8 @@
 internal import Dispatch
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 #if canImport(Glibc)
     internal import Glibc
@@ -16,8 +18,8 @@ internal import Synchronization
 /// the database is idle. Woken, it compares the WAL-index header (a read of shared memory, no
 /// SQL) with the last one it saw; when it changed and no transaction of this process made it,
 /// it begins a read transaction on a handle of its own, which publishes the new commits with
-/// their changesets read from the history in that snapshot (``Database/observe(commit:reading:)``),
-/// and ends it at once (it pins nothing).
+/// their changesets read from the history in that snapshot
+/// (``Database/publishCommits(through:reading:)``), and ends it at once (it pins nothing).
 ///
 /// A writer appends its frames *before* it updates the WAL-index header (after its `fsync`,
 /// under `synchronous = FULL`), so the last event of a commit can arrive before its header:
@@ -168,7 +170,7 @@ final class ForeignCommitWatcher: Sendable {
             }
             let published = database.publishedCommit.load(ordering: .acquiring)
             try handle.statement(.begin).execute()
-            defer { try? handle.rollback() }
+            defer { handle.rollback(after: "a look for other processes' commits", logger: database.logger) }
             let fix = try handle.statement(.fixSnapshot)
             _ = try fix.step()
             fix.reset()
@@ -179,7 +181,7 @@ final class ForeignCommitWatcher: Sendable {
             let after = handle.walIndexHeader()
             let snapshotHeader = header.flatMap { $0 == after ? $0 : nil }
             let state = try database.commitState(of: handle, header: snapshotHeader, published: published)
-            database.observe(commit: state.commit, reading: handle)
+            database.publishCommits(through: state.commit, reading: handle)
             if state.unsealed != 0 { database.writer.requestSeal(database) }
             let changed = after != lastHeader
             lastHeader = snapshotHeader ?? lastHeader

@@ -1,6 +1,8 @@
 internal import CSQLite
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 #if canImport(Glibc)
     internal import Glibc

@@ -1,6 +1,8 @@
 internal import Dispatch
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 /// How much durable history a database file keeps: the newest ``commits`` commits, of at most
 /// ``age``, in at most about ``bytes``; whichever bound is tightest wins.
@@ -141,7 +143,7 @@ final class HistoryPurger: Sendable {
             try handle.rollback()
             guard cutoff > floor else { return .done }
         } catch {
-            try? handle.rollback()
+            handle.rollback(after: "an error checking the history's bound", logger: database.logger)
             return error.code == .busy ? .busy : .done
         }
         let deadline = Date(timeIntervalSinceNow: Checkpointer.resetWait.timeInterval)
@@ -153,7 +155,7 @@ final class HistoryPurger: Sendable {
                 () throws(DatabaseError) in
                 try handle.statement(.beginImmediate).execute()
             }
-            defer { try? handle.rollback() }
+            defer { handle.rollback(after: "purging the history", logger: database.logger) }
             let (cutoff, floor) = try Self.cutoff(retention, handle: handle)
             guard cutoff > floor else { return .done }
             let target = min(cutoff, floor + UInt64(Self.stepRows))

@@ -1,5 +1,5 @@
 internal import Dispatch
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// What became of a request to take a bookmark again at the same commit.
 enum BookmarkReseat: Sendable {

@@ -1,6 +1,6 @@
 internal import Foundation
 internal import Logging
-internal import Synchronization
+internal import SnapshotDBLocking
 
 #if canImport(Glibc)
     internal import Glibc

@@ -1,6 +1,6 @@
 internal import Foundation
 internal import Logging
-internal import Synchronization
+internal import SnapshotDBLocking
 
 extension Checkpointer {
     /// At open: a WAL left behind by an earlier run (or by another process) is checkpointed and

@@ -1,7 +1,7 @@
 internal import Dispatch
 internal import Foundation
 internal import Logging
-internal import Synchronization
+internal import SnapshotDBLocking
 
 #if canImport(Glibc)
     internal import Glibc
@@ -159,7 +159,7 @@ extension Checkpointer {
                 (try? handle.statement(.beginImmediate).execute()) != nil
             }
             guard began else { return [] }
-            defer { try? handle.rollback() }
+            defer { handle.rollback(after: "re-seating bookmarks before a WAL reset", logger: logger) }
             guard (try? handle.readCommitState()) == CommitState(commit: latest, unsealed: 0) else {
                 return []
             }

@@ -1,15 +1,15 @@
 internal import Dispatch
 internal import Foundation
 internal import Logging
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// Runs the database's checkpoints on its own SQLite handle, off the committing threads, and
 /// keeps the facts the checkpoint monitor reports.
 ///
-/// SQLite's auto-checkpoint is off on every connection. Instead every commit reports the WAL
-/// size through `sqlite3_wal_hook` (``walDidGrow(pages:)``) and its commit number
-/// (``didCommit(_:)``); past ``Configuration/checkpointThresholdPages`` a PASSIVE checkpoint is
-/// queued here. Requests are merged: at most one runs and at most one more is queued, however
+/// SQLite's auto-checkpoint is off on every connection. Instead the ``Writer`` reports each
+/// commit once, with its number and where it ended in the WAL (what `sqlite3_wal_hook` recorded
+/// on the committing handle: ``didCommit(_:frames:)``); past
+/// ``Configuration/checkpointThresholdPages`` a PASSIVE checkpoint is queued here. Requests are merged: at most one runs and at most one more is queued, however
 /// many commits ask. When the PASSIVE checkpoint copied every frame and no snapshot is older
 /// than the newest commit, the WAL is reset (RESTART, or TRUNCATE when the file outgrew the
 /// journal size limit: see ``resetMode``) waiting at most a few milliseconds for the writer

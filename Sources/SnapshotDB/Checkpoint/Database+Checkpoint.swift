@@ -1,5 +1,5 @@
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
 
 extension Database {
     /// Runs a checkpoint now, on the database's checkpoint connection, and returns the WAL's

@@ -1,4 +1,4 @@
-internal import Synchronization
+internal import SnapshotDBLocking
 
 #if canImport(Glibc)
     internal import Glibc

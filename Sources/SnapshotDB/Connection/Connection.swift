@@ -1,6 +1,8 @@
 internal import Dispatch
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 /// A connection to a ``Database``: one SQLite handle with its statement cache, its value cache
 /// and, optionally, a bookmarked snapshot.

@@ -1,5 +1,7 @@
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 /// The state of one connection, touched only on the connection's serial queue: its SQLite
 /// handle, its snapshots (ordinary read transactions and the bookmark) and its value cache.
@@ -99,9 +101,11 @@ final class ConnectionCore: @unchecked Sendable {
                 let header = before.flatMap { handle.walIndexHeader() == $0 ? $0 : nil }
                 state = try database.commitState(of: handle, header: header, published: published)
                 // Commits of other processes: published with their history, read in this snapshot.
-                database.observe(commit: state.commit, reading: handle)
+                database.publishCommits(through: state.commit, reading: handle)
             } catch {
-                try? handle.rollback()
+                handle.rollback(
+                    after: "an error beginning a read transaction on connection '\(name)'",
+                    logger: database.logger)
                 throw error
             }
             let movedFrom = cache.commit
@@ -112,12 +116,14 @@ final class ConnectionCore: @unchecked Sendable {
             }
             if !triedSealing {
                 triedSealing = true
-                try? handle.rollback()
+                handle.rollback(
+                    after: "a read transaction on connection '\(name)' found unsealed foreign writes",
+                    logger: database.logger)
                 _ = database.writer.sealWithoutWaiting(on: handle, database: database)
                 continue
             }
             // The unsealed changes have no changeset: the cache must not answer for anything.
-            database.observe(commit: state.commit)
+            database.publishCommits(through: state.commit)
             cache.removeAll()
             cache.commit = state.commit
             return ReadSnapshot(
@@ -148,7 +154,7 @@ final class ConnectionCore: @unchecked Sendable {
     @discardableResult
     func moveCache(to commit: UInt64) -> [Changeset]? {
         guard cache.commit != commit else {
-            database.observe(commit: commit)
+            database.publishCommits(through: commit)
             return []
         }
         // `changesets(after:through:)` publishes the commits up to `commit` first.
@@ -157,7 +163,7 @@ final class ConnectionCore: @unchecked Sendable {
             cache.commit = commit
             return changesets
         }
-        database.observe(commit: commit)
+        database.publishCommits(through: commit)
         cache.removeAll()
         cache.commit = commit
         return nil
@@ -200,7 +206,7 @@ final class ConnectionCore: @unchecked Sendable {
         let transaction = ReadTransaction(core: self, commit: commit)
         defer {
             transaction.end()
-            try? handle.rollback()
+            handle.rollback(after: "a read transaction on connection '\(name)'", logger: database.logger)
             recordSnapshot(nil)
         }
         return try run(body, in: transaction, interruption: interruption)
@@ -255,11 +261,12 @@ final class ConnectionCore: @unchecked Sendable {
     }
 
     /// Ends the open transaction on `handle` after an error: the caller's error wins, and a
-    /// `ROLLBACK` that fails marks the handle broken, so that the next transaction opens a new
-    /// one (closing a handle rolls back what it had open): the connection never goes on inside
-    /// a transaction it could not end.
+    /// `ROLLBACK` that fails is logged and marks the handle broken, so that the next transaction
+    /// opens a new one (closing a handle rolls back what it had open): the connection never goes
+    /// on inside a transaction it could not end.
     func rollback(_ handle: SQLiteHandle) {
-        try? handle.rollback()
+        handle.rollback(
+            after: "an error in a write transaction on connection '\(name)'", logger: database.logger)
     }
 
     /// Ends the open transaction on `handle` when no error came first: a failed `ROLLBACK` is
@@ -278,7 +285,10 @@ final class ConnectionCore: @unchecked Sendable {
         let previousBookmark = previous.isBookmark ? previous.snapshot : nil
         // End the old SQLite read transaction but keep the old bookmark recorded until the new
         // one is: `deliveredThrough` pins the commit log entries this advance must return.
-        if previousBookmark != nil, let openedHandle { try? openedHandle.rollback() }
+        if previousBookmark != nil, let openedHandle {
+            openedHandle.rollback(
+                after: "the bookmark of connection '\(name)' was advanced", logger: database.logger)
+        }
         let snapshot: ReadSnapshot
         do {
             snapshot = try beginReadSnapshot()
@@ -327,13 +337,16 @@ final class ConnectionCore: @unchecked Sendable {
     /// bookmark is released and the connection's next read throws `bookmarkLost`.
     func reseatBookmark(at commit: UInt64) -> BookmarkReseat {
         guard record.bookmark == commit, let handle = openedHandle else { return .skipped }
-        try? handle.rollback()
+        handle.rollback(
+            after: "the bookmark of connection '\(name)' was released to be taken again",
+            logger: database.logger)
         do throws(DatabaseError) {
             if database.faults.shouldFail(.reseat) { throw FaultInjector.error(.reseat) }
             try handle.statement(.begin).execute()
             if try handle.readCommitState() == CommitState(commit: commit, unsealed: 0) { return .reseated }
         } catch {}
-        try? handle.rollback()
+        handle.rollback(
+            after: "the bookmark of connection '\(name)' could not be taken again", logger: database.logger)
         recordSnapshot(nil)
         record.update { $0.bookmarkLost = true }
         return .lost
@@ -348,7 +361,8 @@ final class ConnectionCore: @unchecked Sendable {
             return record.isBookmark
         }
         guard hadBookmark else { return }
-        if let openedHandle { try? openedHandle.rollback() }
+        openedHandle?.rollback(
+            after: "the bookmark of connection '\(name)' was ended", logger: database.logger)
         recordSnapshot(nil)
     }
 

@@ -1,4 +1,6 @@
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 /// Where one connection's snapshot is recorded: the one place that says which commit the
 /// connection reads, whether that is a bookmark, and which commits it still has to be told

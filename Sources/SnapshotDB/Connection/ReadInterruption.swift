@@ -1,5 +1,6 @@
 internal import CSQLite
-internal import Synchronization
+
+internal import struct Synchronization.Atomic
 
 /// What may stop SQLite's work inside one read transaction's closure: a deadline
 /// (``Configuration/readTimeLimit``, ``Connection/read(timeLimit:_:)``) and the cancellation of

@@ -131,7 +131,9 @@ public struct Configuration: Sendable {
     /// truncated to nothing at the next reset.
     public var journalSizeLimit: Int64 = 8 << 20
 
-    /// The logger for checkpoint warnings; label `snapshotdb.checkpoint` by default.
+    /// The logger for checkpoint warnings, and for the errors SnapshotDB cannot throw (a
+    /// `ROLLBACK` that failed after another error, which is the one thrown); label
+    /// `snapshotdb.checkpoint` by default.
     public var checkpointLogger = Logger(label: "snapshotdb.checkpoint")
 
     /// The value of the `database` dimension of the checkpoint metrics; the database path when

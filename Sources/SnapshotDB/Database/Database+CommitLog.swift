@@ -1,6 +1,8 @@
 internal import Dispatch
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 /// What a `Database` knows about its commits, its connections and its subscribers; guarded by
 /// `Database.state`.
@@ -92,7 +94,7 @@ extension Database {
     /// lock. Without a handle it costs the same for a jump of one commit or of a million; with
     /// one, it reads the history rows it publishes (and never more than
     /// ``Configuration/commitLogRetention`` of them: older ones would be trimmed at once).
-    func observe(commit: UInt64, reading handle: SQLiteHandle? = nil) {
+    func publishCommits(through commit: UInt64, reading handle: SQLiteHandle? = nil) {
         let published = publishedCommit.load(ordering: .acquiring)
         guard commit > published else { return }
         var loaded: [History.Entry] = []
@@ -188,7 +190,7 @@ extension Database {
     /// `after` is included whole (it says only that anything may have changed).
     func changesets(after: UInt64, through: UInt64) -> [Changeset]? {
         guard through > after else { return [] }
-        observe(commit: through)
+        publishCommits(through: through)
         return state.withLock { state in
             let log = state.commitLog
             guard let first = log.first, first.commits.lowerBound <= after + 1, state.latestCommit >= through

@@ -1,6 +1,6 @@
 internal import CSQLite
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
 
 #if canImport(Glibc)
     internal import Glibc
@@ -146,6 +146,9 @@ extension Database {
     /// file, or through the replica's VFS.
     func openHandle() throws(DatabaseError) -> SQLiteHandle {
         let handle = try SQLiteHandle(path: replica?.name ?? path, vfs: replica?.vfs)
+        #if DEBUG
+            handle.faults = faults
+        #endif
         handle.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
         try handle.configureForSnapshotDB(
             synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)

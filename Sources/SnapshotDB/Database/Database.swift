@@ -1,7 +1,9 @@
 internal import Dispatch
 internal import Foundation
 internal import Logging
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 #if canImport(Glibc)
     internal import Glibc
@@ -49,6 +51,9 @@ public final class Database: Sendable {
     let faults = FaultInjector()
     let state: Mutex<DatabaseState>
     let checkpointer: Checkpointer
+    /// Where the database logs what it cannot throw (a `ROLLBACK` that failed after another
+    /// error): the configuration's ``Configuration/checkpointLogger``, with the file's path.
+    var logger: Logger { checkpointer.logger }
     /// The last WAL-index header whose commit counter a transaction read or a writer made, with
     /// that counter: see ``knownCommit(at:)``.
     let knownSnapshot = Mutex<(header: WALIndexHeader, commit: UInt64)?>(nil)
@@ -157,7 +162,8 @@ public final class Database: Sendable {
     {
         var fileState = try Schema.inspectFile(at: resolved)
         if case .missing = fileState {
-            let created = try Schema.createDatabase(at: resolved, mode: configuration.fileMode)
+            let created = try Schema.createDatabase(
+                at: resolved, mode: configuration.fileMode, logger: configuration.checkpointLogger)
             // Created by someone else meanwhile: checked like any existing file.
             fileState =
                 created
@@ -179,7 +185,7 @@ public final class Database: Sendable {
         let setup = try SQLiteHandle(path: resolved)
         if walHasFrames { setup.setCheckpointsOnClose(false) }
         setup.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
-        try Schema.prepare(setup, path: resolved)
+        try Schema.prepare(setup, path: resolved, logger: configuration.checkpointLogger)
         try setup.configureForSnapshotDB(
             synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
         let latest = try setup.readCommitState().commit

@@ -1,5 +1,5 @@
 internal import Dispatch
-internal import Synchronization
+internal import SnapshotDBLocking
 
 #if canImport(Glibc)
     internal import Glibc

@@ -1,4 +1,5 @@
 internal import Foundation
+internal import Logging
 
 #if canImport(Glibc)
     internal import Glibc
@@ -23,7 +24,7 @@ extension Schema {
     ///   that file instead (after checking it like any existing file).
     /// - Throws: `readOnly`/`cannotOpen` when the directory cannot take the file, or what SQLite
     ///   reports while writing the schema (`diskFull`); nothing is left behind.
-    static func createDatabase(at path: String, mode: UInt16) throws(DatabaseError) -> Bool {
+    static func createDatabase(at path: String, mode: UInt16, logger: Logger) throws(DatabaseError) -> Bool {
         try refuseOrphanedSideFiles(of: path)
         let url = URL(fileURLWithPath: path)
         let directory = url.deletingLastPathComponent().path
@@ -36,7 +37,7 @@ extension Schema {
         try createFile(at: temporary, mode: mode, reportedAs: path)
         do {
             let handle = try SQLiteHandle(path: temporary)
-            try prepare(handle, path: temporary)
+            try prepare(handle, path: temporary, logger: logger)
             // The handle closes here: the last connection checkpoints the (empty) WAL and deletes
             // the -wal and -shm; the header and schema are in the main file.
         }

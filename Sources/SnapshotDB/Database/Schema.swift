@@ -1,4 +1,5 @@
 internal import Foundation
+internal import Logging
 
 #if canImport(Glibc)
     internal import Glibc
@@ -131,7 +132,7 @@ enum Schema {
 
     /// What the first 100 bytes of an existing file say, read before SQLite touches the file.
     enum FileState {
-        /// No file: SnapshotDB creates one (``createDatabase(at:mode:)``).
+        /// No file: SnapshotDB creates one (``createDatabase(at:mode:logger:)``).
         case missing
         /// An empty file: SnapshotDB writes its schema into it.
         case new
@@ -194,8 +195,9 @@ enum Schema {
     /// Brings an open database to the current schema version, creating it when empty.
     ///
     /// Runs on a handle still in rollback-journal mode for a new file, so the header fields
-    /// land in the main file, then switches to WAL.
-    static func prepare(_ handle: SQLiteHandle, path: String) throws(DatabaseError) {
+    /// land in the main file, then switches to WAL. A `ROLLBACK` of a failed migration that
+    /// fails too is logged on `logger`.
+    static func prepare(_ handle: SQLiteHandle, path: String, logger: Logger) throws(DatabaseError) {
         let applicationID = try handle.int64("PRAGMA application_id") ?? 0
         if applicationID == 0 {
             let tables = try handle.int64("SELECT count(*) FROM sqlite_schema") ?? 0
@@ -220,7 +222,8 @@ enum Schema {
             do {
                 try handle.execute("BEGIN IMMEDIATE; \(step) COMMIT;")
             } catch {
-                try? handle.rollback()
+                handle.rollback(
+                    after: "a failed upgrade of \(path) from schema version \(migrated)", logger: logger)
                 guard error.code == .readOnly else { throw error }
                 // Schema 3 moved the commit counter into the history: an older file cannot be
                 // read until it is upgraded once, which needs a writable file.

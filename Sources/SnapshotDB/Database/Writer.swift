@@ -1,6 +1,8 @@
 internal import Dispatch
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 /// The database's single writer: every commit this process makes is made here, in the order
 /// this file reads.
@@ -21,10 +23,10 @@ internal import Synchronization
 /// 4. **Run the caller's closure.** Reads see the transaction's own writes; savepoints nest.
 ///    A closure that throws, rolls back or changes nothing ends with `ROLLBACK` and makes no
 ///    commit.
-/// 5. **Commit** (``commit(_:sealing:on:database:writer:)``): the counter goes up by one in the
-///    same SQLite transaction; the changeset is registered as *pending* just before `COMMIT`
-///    (a reader that sees the new counter before step 6 takes it from there, so no reader ever
-///    sees a commit without its exact changeset); `COMMIT`.
+/// 5. **Commit** (``commit(_:history:sealing:on:database:writer:)``): the counter goes up by
+///    one in the same SQLite transaction; the changeset is registered as *pending* just before
+///    `COMMIT` (a reader that sees the new counter before step 6 takes it from there, so no
+///    reader ever sees a commit without its exact changeset); `COMMIT`.
 /// 6. **Publish.** The changeset goes to the commit log, to `changes()` subscribers, and to the
 ///    checkpointer, once, with where the commit ended in the WAL (the WAL hook only records
 ///    that on the handle).
@@ -32,7 +34,7 @@ internal import Synchronization
 /// Readers never wait here: a reader that finds foreign writes not yet sealed seals them only
 /// if the lock and SQLite's write lock are free at once (one commit, bounded by one `fsync`),
 /// and otherwise reads them unsealed and asks for them to be sealed off its path
-/// (``sealWithoutWaiting(on:database:)``, ``requestSeal(_:)``).
+/// (``sealWithoutWaiting(on:database:)``, ``requestSeal(_:attempt:)``).
 final class Writer: Sendable {
     /// One writer at a time in this process, held across the caller's closure.
     let lock = WriterLock()
@@ -143,11 +145,11 @@ final class Writer: Sendable {
                 let state = try database.commitState(
                     of: handle, header: handle.walIndexHeader(), published: published)
                 // Commits of other processes: published with their history, read here.
-                database.observe(commit: state.commit, reading: handle)
+                database.publishCommits(through: state.commit, reading: handle)
                 guard state.unsealed != 0 else { return state.commit }
                 try seal(state, on: handle, database: database)
             } catch {
-                try? handle.rollback()
+                handle.rollback(after: "an error beginning a write transaction", logger: database.logger)
                 throw error
             }
         }
@@ -182,7 +184,7 @@ final class Writer: Sendable {
     /// lower than that after a foreign restore of a backup, and numbers must never repeat.
     private func seal(_ state: CommitState, on handle: SQLiteHandle, database: Database) throws(DatabaseError)
     {
-        database.observe(commit: state.commit, reading: handle)
+        database.publishCommits(through: state.commit, reading: handle)
         let sealed = max(state.commit, database.latestCommit) + 1
         // Foreign clients changed values without the extensions' upkeep: rebuild those this
         // process keeps, in the same transaction, and mark the file's others stale. The
@@ -205,7 +207,7 @@ final class Writer: Sendable {
             }
             try handle.statement(.clearForeignChanges).execute()
         } catch {
-            try? handle.rollback()
+            handle.rollback(after: "an error reading foreign writes to seal", logger: database.logger)
             throw error
         }
         let date = Date()
@@ -308,9 +310,9 @@ final class Writer: Sendable {
             () throws(DatabaseError) in
             try handle.statement(.beginImmediate).execute()
         }
-        defer { try? handle.rollback() }
+        defer { handle.rollback(after: "sealing foreign writes", logger: database.logger) }
         let state = try database.commitState(of: handle, header: nil, published: published)
-        database.observe(commit: state.commit, reading: handle)
+        database.publishCommits(through: state.commit, reading: handle)
         if state.unsealed != 0 { try seal(state, on: handle, database: database) }
     }
 
@@ -333,7 +335,7 @@ final class Writer: Sendable {
             token = try History.write(history, on: handle)
             if sealing { try handle.statement(.sealExternal).execute() }
         } catch {
-            try? handle.rollback()
+            handle.rollback(after: "an error writing commit \(commit)'s history", logger: database.logger)
             throw error
         }
         database.registerPending(changeset, token: token)
@@ -350,7 +352,7 @@ final class Writer: Sendable {
             try handle.statement(.commit).execute()
         } catch {
             database.discardPending()
-            try? handle.rollback()
+            handle.rollback(after: "a failed COMMIT of commit \(commit)", logger: database.logger)
             throw error
         }
         // SQLite adds one to the header's change counter per commit: one more than before, the
@@ -360,7 +362,7 @@ final class Writer: Sendable {
             database.learnCommit(commit, at: after)
         }
         connection?.record.update { $0.lastSnapshot = commit }
-        database.observe(commit: commit)
+        database.publishCommits(through: commit)
         database.checkpointer.didCommit(commit, frames: handle.takeCommitFrames())
         database.historyPurger.didCommit(commit, database: database)
     }

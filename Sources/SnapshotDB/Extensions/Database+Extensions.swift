@@ -1,5 +1,7 @@
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 extension Database {
     /// Registers `extension` and builds it from the values when it is new here or its version
@@ -148,7 +150,7 @@ extension ReadWriteTransaction {
         // A version left stale by a process that does not keep it is rebuilt like a new one.
         let isStale = try ExtensionCatalog.state(definition.name, handle: handle)?.staleCommit != nil
         if let installed, installed.kind == definition.kind,
-            installed.version == ExtensionCatalog.storedVersion(definition), !isStale
+            installed.version == definition.storedVersion, !isStale
         {
             core.database.setExtension(definition, named: definition.name)
             extensionWriters.excluded.remove(definition.name)
@@ -186,9 +188,9 @@ extension ReadTransaction {
     /// reads every write made before it.
     func checkInstalled(_ definition: any ExtensionDefinition) throws(DatabaseError) {
         try checkActive()
-        let isWrite = self is ReadWriteTransaction
-        if isWrite {
-            try (self as! ReadWriteTransaction).extensionWriters.flush()
+        let write = self as? ReadWriteTransaction
+        if let write {
+            try write.extensionWriters.flush()
         } else if installedExtensions.contains(definition.name + "\u{0}" + definition.version) {
             return
         }
@@ -202,7 +204,7 @@ extension ReadTransaction {
                     + "transaction reads (commit \(commit)); advance the bookmark to a commit made after it was registered"
             )
         }
-        guard installed.version == ExtensionCatalog.storedVersion(definition),
+        guard installed.version == definition.storedVersion,
             installed.kind == definition.kind
         else {
             let theirs =
@@ -232,7 +234,7 @@ extension ReadTransaction {
                     + "version); register it again to rebuild it")
         }
         // A write transaction may register or drop extensions itself: it looks each time.
-        if !isWrite { installedExtensions.insert(definition.name + "\u{0}" + definition.version) }
+        if write == nil { installedExtensions.insert(definition.name + "\u{0}" + definition.version) }
     }
 }
 
@@ -243,14 +245,6 @@ enum ExtensionCatalog {
         CREATE TABLE IF NOT EXISTS snapshotdb_extensions(
             name TEXT PRIMARY KEY NOT NULL, kind TEXT NOT NULL, version TEXT NOT NULL) WITHOUT ROWID
         """
-
-    /// The version recorded for `definition`: its own, tagged with the table format, so that an
-    /// extension kept in an older format is rebuilt when it is registered again (t2: table
-    /// names carry the name's length; t3: an index table is a rowid table; t4: its column indexes
-    /// hold the item too; views t5: pages of items with their counts in memory, no tree of rows).
-    static func storedVersion(_ definition: any ExtensionDefinition) -> String {
-        (definition.kind == "view" ? "t5:" : "t4:") + definition.version
-    }
 
     /// The kind and version of `name` in the open transaction's snapshot, or `nil`.
     static func installed(_ name: String, handle: SQLiteHandle) throws(DatabaseError) -> (
@@ -269,7 +263,7 @@ enum ExtensionCatalog {
             "INSERT OR REPLACE INTO snapshotdb_extensions(name, kind, version) VALUES (?1, ?2, ?3)")
         try statement.bind(definition.name, at: 1)
         try statement.bind(definition.kind, at: 2)
-        try statement.bind(storedVersion(definition), at: 3)
+        try statement.bind(definition.storedVersion, at: 3)
         try statement.execute()
     }
 
@@ -290,6 +284,7 @@ enum ExtensionCatalog {
             try dropTables(prefix: prefix, handle: handle)
         }
         handle.clearCachedStatements()
+        ExtensionHandleCache.of(handle).tablesDropped()
     }
 
     private static func dropTables(prefix: String, handle: SQLiteHandle) throws(DatabaseError) {

@@ -31,6 +31,10 @@ public protocol DatabaseExtension: Sendable {
 protocol ExtensionDefinition: DatabaseExtension {
     /// The kind, recorded with the version: "view", "index", "search".
     var kind: String { get }
+    /// The format of the extension's tables, recorded before its version (``storedVersion``),
+    /// so that one kept in an older format is rebuilt when it is registered again. Give a kind
+    /// a new tag when its tables change; tags are never reused. `t4` by default.
+    var tableFormat: String { get }
     /// The collections whose values the extension derives from; `nil` for every collection.
     var collections: Set<String>? { get }
     /// Creates the extension's tables, empty.
@@ -45,6 +49,14 @@ protocol ExtensionDefinition: DatabaseExtension {
 
 extension ExtensionDefinition {
     var dependencies: [String] { [] }
+
+    /// The formats so far: the first had no tag (table names without the name's length); t2:
+    /// table names carry it; t3: an index table is a rowid table; t4: an index's column indexes
+    /// hold the item too. Views have their own (``ViewPages/tableFormat``).
+    var tableFormat: String { "t4" }
+
+    /// The version recorded in the file's catalog: ``tableFormat`` and ``version``.
+    var storedVersion: String { tableFormat + ":" + version }
 
     /// Whether the extension derives anything from `collection`.
     func observes(_ collection: String) -> Bool {

@@ -1,4 +1,4 @@
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// What extension writers keep in memory from one write transaction to the next (a view's
 /// nodes and decoded values), each entry stamped with the commit it describes.

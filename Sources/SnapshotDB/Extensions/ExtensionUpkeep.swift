@@ -1,5 +1,5 @@
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// Which extensions the file holds that this process does not keep, so that a write by a
 /// process that does not maintain an extension never leaves it stale silently.
@@ -73,7 +73,7 @@ extension Database {
         var inFile: Set<String> = []
         for entry in entries {
             if let definition = registered[entry.name], definition.kind == entry.kind,
-                ExtensionCatalog.storedVersion(definition) == entry.version
+                definition.storedVersion == entry.version
             {
                 inFile.insert(entry.name)
             } else {

@@ -1,5 +1,7 @@
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 /// The writers of the extensions one read-write transaction keeps up to date, made on first
 /// use, and what they add to the commit's changeset.

@@ -81,8 +81,6 @@ extension SQLiteHandle {
     ///   column outside the index, a subquery, a second statement, a function with side
     ///   effects, a syntax error).
     func checkFragment(_ sql: String, policy: FragmentPolicy, fragment: String) throws(DatabaseError) {
-        let approval = policy.columnsKey + "|" + sql
-        if approvedFragments.contains(approval) { return }
         let authorizer = FragmentAuthorizer(policy: policy)
         let context = Unmanaged.passUnretained(authorizer).toOpaque()
         sqlite3_set_authorizer(
@@ -120,7 +118,5 @@ extension SQLiteHandle {
                 .invalidQuery, "the query fragment \(fragment.debugDescription) holds more than one statement"
             )
         }
-        if approvedFragments.count >= 256 { approvedFragments.removeAll(keepingCapacity: true) }
-        approvedFragments.insert(approval)
     }
 }

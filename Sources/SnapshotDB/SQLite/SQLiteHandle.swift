@@ -27,16 +27,9 @@ final class SQLiteHandle {
     private var lastCommitFrames: WALCommitFrames?
     /// Statements of ``cachedStatement(_:)``, by SQL text.
     private var dynamicStatements: [String: SQLiteStatement] = [:]
-    /// Query fragments that passed ``checkFragment(_:policy:fragment:)``, by the SQL checked:
-    /// the same text names the same table and columns, so it is checked once (bounded, like
-    /// the statement cache).
-    var approvedFragments: Set<String> = []
-    /// The last secondary-index query prepared on this handle, so that a loop running one query
-    /// with many arguments builds and looks up its SQL once.
-    var lastIndexQuery: (key: IndexQueryKey, statement: SQLiteStatement)?
-    /// The layout of each view as of one commit, for this connection's next read of that
-    /// commit (a bookmarked connection reads the same commit many times).
-    var viewLayouts: [String: (commit: UInt64, layout: ViewLayoutBox)] = [:]
+    /// A slot for what a higher layer keeps per handle (the extensions' cache of layouts and
+    /// checked queries): opaque here, typed and owned by that layer, released with the handle.
+    var attachedState: AnyObject?
 
     /// Opens `path` (`sqlite3_open_v2`) read-write without creating it: SnapshotDB creates new
     /// files itself so that it controls their mode. Handles use the `snapshotdb` VFS, the
@@ -76,6 +69,7 @@ final class SQLiteHandle {
         // Statements are finalized (released) before the handle closes.
         statements.deinitialize().deallocate()
         dynamicStatements = [:]
+        attachedState = nil
         sqlite3_close_v2(pointer)
     }
 
@@ -139,8 +133,6 @@ final class SQLiteHandle {
     /// dropped or created again).
     func clearCachedStatements() {
         dynamicStatements = [:]
-        lastIndexQuery = nil
-        viewLayouts = [:]
     }
 
     /// The cached statement for `sql` unless it is part way through its rows, else a new one
@@ -178,12 +170,20 @@ final class SQLiteHandle {
     /// cannot end, and its owner replaces it (closing a handle rolls back what it had open).
     private(set) var isBroken = false
 
+    #if DEBUG
+        /// The faults tests inject into a connection's handle (``FaultInjector/Fault/rollback``).
+        var faults: FaultInjector?
+    #endif
+
     /// Ends the open transaction, if any, without committing.
     ///
     /// - Throws: the error of a `ROLLBACK` that failed; the handle is then ``isBroken``.
     func rollback() throws(DatabaseError) {
         guard !isAutocommit else { return }
-        do {
+        do throws(DatabaseError) {
+            #if DEBUG
+                if faults?.shouldFail(.rollback) == true { throw FaultInjector.error(.rollback) }
+            #endif
             try statement(.rollback).execute()
         } catch {
             isBroken = true

@@ -1,8 +1,8 @@
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// Faults that tests inject into branches the release code cannot reach on demand: a bookmark
 /// that cannot be taken again during a WAL reset, a `BEGIN` that fails during an advance, a
-/// `COMMIT` that fails.
+/// `COMMIT` or a `ROLLBACK` that fails.
 ///
 /// Per database, so that tests running in parallel do not see each other's faults. Only debug
 /// builds check it: in release builds ``shouldFail(_:)`` is a constant `false`.
@@ -16,6 +16,9 @@ final class FaultInjector: Sendable {
         case commit
         /// A savepoint's `ROLLBACK TO` fails.
         case savepointRollback
+        /// A `ROLLBACK` on a connection's handle fails (as an I/O error would); the handle is
+        /// left inside its transaction and marked broken.
+        case rollback
     }
 
     #if DEBUG

@@ -1,4 +1,4 @@
-import Synchronization
+import SnapshotDBLocking
 
 #if canImport(Glibc)
     import Glibc

@@ -1,5 +1,5 @@
 internal import SnapshotDB
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// One event of `Database.checkpointEvents()`, as the run saw it.
 struct RecordedCheckpointEvent: Codable, Sendable {

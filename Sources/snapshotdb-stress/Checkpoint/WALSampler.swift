@@ -1,5 +1,5 @@
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
 
 #if canImport(Glibc)
     internal import Glibc

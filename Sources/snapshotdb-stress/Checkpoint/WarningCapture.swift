@@ -1,6 +1,6 @@
 internal import Foundation
 internal import Logging
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// One log message the checkpoint monitor emitted during the run.
 struct CapturedWarning: Codable, Sendable {

@@ -1,4 +1,4 @@
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// A value a worker thread hands back to the thread that joins it.
 final class ResultBox<Value: Sendable>: Sendable {

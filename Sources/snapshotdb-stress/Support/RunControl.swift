@@ -1,5 +1,7 @@
 internal import Foundation
-internal import Synchronization
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 /// The clock of one run: when it started, when the workload must stop, and an early stop for
 /// fatal errors.

@@ -1,4 +1,4 @@
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// Every broken invariant of a run, in the order they were found.
 final class Violations: Sendable {

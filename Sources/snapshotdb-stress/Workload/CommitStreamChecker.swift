@@ -1,6 +1,6 @@
 internal import Dispatch
 internal import SnapshotDB
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// Follows `Database.changes()` for the whole run and checks every changeset on its own: the
 /// commits arrive consecutively, each is local, and each lists exactly the two accounts and

@@ -1,5 +1,5 @@
 internal import SnapshotDB
-internal import Synchronization
+internal import SnapshotDBLocking
 
 /// What the writers and readers of a run did; each worker keeps its own and merges it into a
 /// ``StatsCollector`` when it stops, so the hot loops take no lock.

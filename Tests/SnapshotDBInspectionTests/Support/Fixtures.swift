@@ -2,23 +2,9 @@ import Foundation
 import SnapshotDBTestSupport
 import Testing
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
-/// A fresh temporary directory, removed with everything in it when the body returns.
-func withTemporaryDirectory<T>(_ body: (URL) throws -> T) throws -> T {
-    var template = Array(
-        (FileManager.default.temporaryDirectory.path + "/snapshotdb-inspection-XXXXXX").utf8CString)
-    let created = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
-    let directory = URL(fileURLWithPath: String(cString: try #require(created)), isDirectory: true)
-    defer { try? FileManager.default.removeItem(at: directory) }
-    return try body(directory)
-}
-
-/// A SnapshotDB-schema database (closed cleanly, so without `-wal`/`-shm`) in a temporary
-/// directory; the body gets its path.
-func withTemporaryDatabase<T>(
+/// A database of the engine's first schema, made by `python3` (``Python/createDatabase``) and
+/// closed cleanly, so without `-wal`/`-shm`, in a temporary directory; the body gets its path.
+func withFixtureDatabase<T>(
     pageSize: Int = 4096, encoding: String = "UTF-8", _ body: (String) throws -> T
 ) throws -> T {
     try withTemporaryDirectory { directory in

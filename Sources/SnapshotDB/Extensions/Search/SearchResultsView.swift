@@ -76,6 +76,7 @@ public struct SearchResultsView<Value: Decodable & Sendable>: ExtensionDefinitio
     }
 
     var kind: String { "view" }
+    var tableFormat: String { ViewPages.tableFormat }
 
     var dependencies: [String] { [searchName] }
 

@@ -55,6 +55,7 @@ public struct View<Value: Decodable & Sendable>: ExtensionDefinition {
     }
 
     var kind: String { "view" }
+    var tableFormat: String { ViewPages.tableFormat }
 
     func createTables(_ context: ExtensionContext) throws(DatabaseError) {
         try ViewPages.createTables(prefix: context.tablePrefix, handle: context.handle)
@@ -111,6 +112,7 @@ public struct FilteredView<Value: Decodable & Sendable>: ExtensionDefinition {
     }
 
     var kind: String { "view" }
+    var tableFormat: String { ViewPages.tableFormat }
 
     func createTables(_ context: ExtensionContext) throws(DatabaseError) { try view.createTables(context) }
 

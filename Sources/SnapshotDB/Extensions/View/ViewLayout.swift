@@ -313,7 +313,8 @@ struct ViewLayout: Sendable {
     ) throws(DatabaseError) -> ViewLayout {
         let commit = transaction.commit
         let handle = context.handle
-        if let kept = handle.viewLayouts[name], kept.commit == commit { return kept.layout.layout }
+        let handleCache = ExtensionHandleCache.of(handle)
+        if let kept = handleCache.viewLayouts[name], kept.commit == commit { return kept.layout.layout }
         let caches = transaction.core.database.extensionCaches
         let box: ViewLayoutBox
         if let published = caches.published(name, at: commit) as? ViewLayoutBox {
@@ -322,7 +323,7 @@ struct ViewLayout: Sendable {
             box = ViewLayoutBox(try load(handle: handle, prefix: context.tablePrefix))
             caches.offer(name, at: commit, box)
         }
-        handle.viewLayouts[name] = (commit, box)
+        handleCache.viewLayouts[name] = (commit, box)
         return box.layout
     }
 }

@@ -1,0 +1,155 @@
+extension ReadTransaction {
+    /// The secondary index registered as `name`, queried at this transaction's commit.
+    ///
+    /// - Throws: `unknownExtension` when no index of that name is registered, or this
+    ///   snapshot predates it.
+    public func index(named name: String) throws(DatabaseError) -> IndexReader {
+        guard let definition = core.database.extensionDefinition(named: name), definition.kind == "index",
+            let columns = (definition as? any IndexDefinition)?.indexColumns
+        else {
+            throw DatabaseError(.unknownExtension, "no secondary index named '\(name)' is registered")
+        }
+        try checkInstalled(definition)
+        return IndexReader(
+            transaction: self,
+            table: IndexTable(prefix: ExtensionContext.tablePrefix(name), columns: columns))
+    }
+}
+
+/// A secondary index read at one transaction's commit.
+public struct IndexReader {
+    let transaction: ReadTransaction
+    let table: IndexTable
+
+    /// The items whose columns match `whereClause` (a SQL boolean expression over the index's
+    /// columns, with `?` for each of `arguments`), sorted by `orderBy` (an `ORDER BY` list over
+    /// the columns; by collection and key when `nil`), at most `limit` of them.
+    ///
+    /// - Throws: `invalidQuery` for a fragment that names anything but the index's columns, is
+    ///   not valid SQL, holds a comment or a second statement, or whose `?` count differs from
+    ///   `arguments`; a ``DatabaseError`` from SQLite.
+    public func keys(
+        where whereClause: String, _ arguments: [IndexValue] = [], orderBy: String? = nil, limit: Int? = nil
+    ) throws(DatabaseError) -> [ViewItem] {
+        let statement = try prepare(
+            select: "collection, key", whereClause: whereClause, arguments: arguments, orderBy: orderBy,
+            limit: limit)
+        defer { statement.reset() }
+        var items: [ViewItem] = []
+        var collection: String?
+        while try statement.step() {
+            // Rows of one collection share one string.
+            collection = statement.string(at: 0, reusing: collection)
+            items.append(ViewItem(collection: collection!, key: statement.string(at: 1)))
+        }
+        return items
+    }
+
+    /// How many items match `whereClause`; see ``keys(where:_:orderBy:limit:)``.
+    public func count(where whereClause: String, _ arguments: [IndexValue] = []) throws(DatabaseError) -> Int
+    {
+        let statement = try prepare(
+            select: "count(*)", whereClause: whereClause, arguments: arguments, orderBy: nil, limit: nil)
+        defer { statement.reset() }
+        return try statement.step() ? Int(statement.int64(at: 0)) : 0
+    }
+
+    /// SQLite's query plan for the query (`EXPLAIN QUERY PLAN`): says whether an index serves
+    /// it (`SEARCH … USING INDEX`) or the table is scanned (`SCAN`).
+    public func explain(where whereClause: String, orderBy: String? = nil) throws(DatabaseError) -> String {
+        let sql = try query(
+            select: "collection, key", whereClause: whereClause, orderBy: orderBy, limit: false)
+        let handle = try transaction.core.handle()
+        let statement = try SQLiteStatement(
+            handle: handle, sql: "EXPLAIN QUERY PLAN " + sql, persistent: false)
+        defer { statement.reset() }
+        var lines: [String] = []
+        while try statement.step() { lines.append(statement.string(at: 3)) }
+        return lines.joined(separator: "\n")
+    }
+
+    /// Whether `fragment` holds `--`, `/*` or `;` (one pass over its bytes: this runs on every
+    /// query).
+    static func holdsCommentOrSemicolon(_ fragment: String) -> Bool {
+        var previous: UInt8 = 0
+        for byte in fragment.utf8 {
+            if byte == UInt8(ascii: ";") || (previous == UInt8(ascii: "-") && byte == UInt8(ascii: "-"))
+                || (previous == UInt8(ascii: "/") && byte == UInt8(ascii: "*"))
+            {
+                return true
+            }
+            previous = byte
+        }
+        return false
+    }
+
+    /// The SQL for the fragments, after they passed the authorizer.
+    private func query(select: String, whereClause: String, orderBy: String?, limit: Bool)
+        throws(DatabaseError)
+        -> String
+    {
+        try transaction.checkActive()
+        for fragment in [whereClause, orderBy ?? ""] where Self.holdsCommentOrSemicolon(fragment) {
+            throw DatabaseError(
+                .invalidQuery,
+                "the query fragment \(fragment.debugDescription) holds a comment or a second statement")
+        }
+        let order = orderBy.map { "\n ORDER BY \($0)" } ?? "\n ORDER BY collection, key"
+        let handle = try transaction.core.handle()
+        let checked =
+            "SELECT 1 FROM \(table.name) WHERE (\(whereClause))\n" + (orderBy.map { " ORDER BY \($0)" } ?? "")
+        let approval = table.policy.columnsKey + "|" + checked
+        let handleCache = ExtensionHandleCache.of(handle)
+        if !handleCache.isApproved(approval) {
+            try handle.checkFragment(
+                checked, policy: table.policy,
+                fragment: orderBy.map { "\(whereClause) ORDER BY \($0)" } ?? whereClause)
+            handleCache.approve(approval)
+        }
+        return "SELECT \(select) FROM \(table.name) WHERE (\(whereClause))\(order)"
+            + (limit ? "\n LIMIT ?" : "")
+    }
+
+    private func prepare(
+        select: String, whereClause: String, arguments: [IndexValue], orderBy: String?, limit: Int?
+    ) throws(DatabaseError) -> SQLiteStatement {
+        let handle = try transaction.core.handle()
+        let key = IndexQueryKey(
+            table: table.name, columns: table.policy.columnsKey, select: select, whereClause: whereClause,
+            orderBy: orderBy, hasLimit: limit != nil)
+        let handleCache = ExtensionHandleCache.of(handle)
+        let statement: SQLiteStatement
+        if let last = handleCache.lastIndexQuery, last.key == key {
+            // The same query again (a loop over arguments): already checked and prepared.
+            try transaction.checkActive()
+            statement = last.statement
+        } else {
+            let sql = try query(
+                select: select, whereClause: whereClause, orderBy: orderBy, limit: limit != nil)
+            statement = try handle.cachedStatement(sql)
+            handleCache.lastIndexQuery = (key, statement)
+        }
+        let expected = arguments.count + (limit != nil ? 1 : 0)
+        guard statement.parameterCount == expected else {
+            throw DatabaseError(
+                .invalidQuery,
+                "the query \(whereClause.debugDescription) has \(statement.parameterCount - (limit != nil ? 1 : 0)) "
+                    + "parameters but \(arguments.count) arguments were given")
+        }
+        for (offset, argument) in arguments.enumerated() {
+            try argument.bind(to: statement, at: Int32(offset + 1))
+        }
+        if let limit { try statement.bind(Int64(max(0, limit)), at: Int32(arguments.count + 1)) }
+        return statement
+    }
+}
+
+/// What identifies an index query's SQL: the same key, the same checked statement.
+struct IndexQueryKey: Equatable {
+    let table: String
+    let columns: String
+    let select: String
+    let whereClause: String
+    let orderBy: String?
+    let hasLimit: Bool
+}

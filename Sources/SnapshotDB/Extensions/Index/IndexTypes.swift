@@ -1,0 +1,73 @@
+internal import CSQLite
+
+/// A typed column of a ``SecondaryIndex``.
+public enum IndexColumn: Hashable, Sendable {
+    /// A text column.
+    case text(String)
+    /// A 64-bit integer column.
+    case integer(String)
+    /// A floating-point column.
+    case real(String)
+
+    /// The column's name.
+    public var name: String {
+        switch self {
+        case .text(let name), .integer(let name), .real(let name): name
+        }
+    }
+
+    var sqlType: String {
+        switch self {
+        case .text: "TEXT"
+        case .integer: "INTEGER"
+        case .real: "REAL"
+        }
+    }
+}
+
+/// A value stored in, or compared with, a column of a ``SecondaryIndex``; written as a literal
+/// in query arguments (`["Oslo", 30, 2.5, nil]`).
+public enum IndexValue: Hashable, Sendable, ExpressibleByStringLiteral, ExpressibleByIntegerLiteral,
+    ExpressibleByFloatLiteral, ExpressibleByNilLiteral, ExpressibleByBooleanLiteral
+{
+    /// Text.
+    case text(String)
+    /// An integer.
+    case integer(Int)
+    /// A floating-point number.
+    case real(Double)
+    /// SQL `NULL`.
+    case null
+
+    /// A text value.
+    public init(stringLiteral value: String) { self = .text(value) }
+    /// An integer value.
+    public init(integerLiteral value: Int) { self = .integer(value) }
+    /// A floating-point value.
+    public init(floatLiteral value: Double) { self = .real(value) }
+    /// `NULL`.
+    public init(nilLiteral: ()) { self = .null }
+    /// A boolean, stored as the integer 0 or 1 (as SQLite does).
+    public init(booleanLiteral value: Bool) { self = .integer(value ? 1 : 0) }
+
+    /// The value stored in column `index` of `statement`'s current row, by its storage class
+    /// (a blob, which the index never stores, reads as `nil`).
+    init?(_ statement: SQLiteStatement, at index: Int32) {
+        switch statement.storageClass(at: index) {
+        case SQLITE_INTEGER: self = .integer(Int(statement.int64(at: index)))
+        case SQLITE_FLOAT: self = .real(statement.double(at: index))
+        case SQLITE_TEXT: self = .text(statement.string(at: index))
+        case SQLITE_NULL: self = .null
+        default: return nil
+        }
+    }
+
+    func bind(to statement: SQLiteStatement, at index: Int32) throws(DatabaseError) {
+        switch self {
+        case .text(let text): try statement.bind(text, at: index)
+        case .integer(let integer): try statement.bind(Int64(integer), at: index)
+        case .real(let real): try statement.bind(real, at: index)
+        case .null: try statement.bindNull(at: index)
+        }
+    }
+}
