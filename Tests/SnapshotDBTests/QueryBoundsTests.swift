@@ -83,6 +83,32 @@ struct QueryBoundsTests {
         }
     }
 
+    /// An index fragment that names the row id says so, in the user's words; a long fragment
+    /// is refused before SQLite compiles it, and messages quote a bounded prefix.
+    @Test func indexFragmentsGetTypedErrorsInTheUsersTermsAndAreBounded() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = try Self.people(db)
+            try writer.read { txn throws in
+                let index = try txn.index(named: "people")
+                for fragment in ["rowid > 0", "oid = 1", "_rowid_ < 5"] {
+                    let error = expectError(.invalidQuery) { try index.count(where: fragment) }
+                    let message = error?.message ?? ""
+                    #expect(message.contains("the row id") && message.contains("rowid"), "\(message)")
+                    #expect(!message.contains("column id"), "\(message)")
+                }
+                let long = "age > 0" + String(repeating: " AND age > 0", count: 400)
+                let tooLong = expectError(.invalidQuery) { try index.count(where: long) }
+                #expect(tooLong?.message.contains("at most 4096") == true)
+                #expect((tooLong?.message.utf8.count ?? .max) < 400)
+                let wrong = "nosuch = 1 AND " + String(repeating: "age > 0 AND ", count: 200) + "age > 0"
+                let refused = expectError(.invalidQuery) { try index.count(where: wrong) }
+                #expect((refused?.message.utf8.count ?? .max) < 400, "\(String(describing: refused))")
+                // The same index answers a well-formed query afterwards.
+                #expect(try index.count(where: "age < ?", [.integer(10)]) == 10)
+            }
+        }
+    }
+
     /// A query that takes seconds: a secondary index fragment that doubles a string six
     /// times for every row.
     static let slowFragment =

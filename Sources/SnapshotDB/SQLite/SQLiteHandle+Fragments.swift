@@ -51,6 +51,14 @@ private final class FragmentAuthorizer {
             guard first == policy.table else { return refuse("table \(first ?? "?")") }
             // An empty column name: the table is read without any of its columns (`SELECT 1`).
             guard let column = second, column.isEmpty || policy.columnList.contains(column) else {
+                // The index table's `id INTEGER PRIMARY KEY` is the rowid: SQLite reports
+                // `rowid`, `oid` and `_rowid_` under that name, which the fragment may not say.
+                if second == "id" {
+                    return refuse(
+                        "the row id (rowid, oid, _rowid_ or id: the index's own numbering of its rows, not a "
+                            + "value's; the index's columns are \(policy.columns.sorted().joined(separator: ", ")))"
+                    )
+                }
                 return refuse(
                     "column \(second ?? "?") (the index's columns are \(policy.columns.sorted().joined(separator: ", ")))"
                 )
@@ -105,17 +113,18 @@ extension SQLiteHandle {
         defer { sqlite3_finalize(statement) }
         if let refusal = authorizer.refusal {
             throw DatabaseError(
-                .invalidQuery, "the query fragment \(fragment.debugDescription) may not use \(refusal)")
+                .invalidQuery, "the query fragment \(QuotedInput.quote(fragment)) may not use \(refusal)")
         }
         guard result == SQLITE_OK else {
             throw DatabaseError(
                 .invalidQuery,
-                "the query fragment \(fragment.debugDescription) is not valid SQL: \(String(cString: sqlite3_errmsg(pointer)))",
+                "the query fragment \(QuotedInput.quote(fragment)) is not valid SQL: \(String(cString: sqlite3_errmsg(pointer)))",
                 sqliteCode: result)
         }
         guard rest.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
             throw DatabaseError(
-                .invalidQuery, "the query fragment \(fragment.debugDescription) holds more than one statement"
+                .invalidQuery,
+                "the query fragment \(QuotedInput.quote(fragment)) holds more than one statement"
             )
         }
     }

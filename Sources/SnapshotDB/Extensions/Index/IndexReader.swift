@@ -21,6 +21,13 @@ public struct IndexReader {
     let transaction: ReadTransaction
     let table: IndexTable
 
+    /// The longest `WHERE` or `ORDER BY` fragment, in UTF-8 bytes, a query takes (longer ones
+    /// throw `invalidQuery` before SQLite compiles them). A fragment's cost comes from what it
+    /// computes per row, which no length bounds (nested `replace()` calls grow strings
+    /// exponentially): put a time limit on reads whose fragments come from outside the app
+    /// (``Configuration/readTimeLimit``).
+    public static let maximumFragmentBytes = 4_096
+
     /// The items whose columns match `whereClause` (a SQL boolean expression over the index's
     /// columns, with `?` for each of `arguments`), sorted by `orderBy` (an `ORDER BY` list over
     /// the columns; by collection and key when `nil`), at most `limit` of them.
@@ -89,10 +96,18 @@ public struct IndexReader {
         -> String
     {
         try transaction.checkActive()
-        for fragment in [whereClause, orderBy ?? ""] where Self.holdsCommentOrSemicolon(fragment) {
-            throw DatabaseError(
-                .invalidQuery,
-                "the query fragment \(fragment.debugDescription) holds a comment or a second statement")
+        for fragment in [whereClause, orderBy ?? ""] {
+            if fragment.utf8.count > Self.maximumFragmentBytes {
+                throw DatabaseError(
+                    .invalidQuery,
+                    "the query fragment \(QuotedInput.quote(fragment)) is \(fragment.utf8.count) bytes long; "
+                        + "a fragment takes at most \(Self.maximumFragmentBytes)")
+            }
+            if Self.holdsCommentOrSemicolon(fragment) {
+                throw DatabaseError(
+                    .invalidQuery,
+                    "the query fragment \(QuotedInput.quote(fragment)) holds a comment or a second statement")
+            }
         }
         let order = orderBy.map { "\n ORDER BY \($0)" } ?? "\n ORDER BY collection, key"
         let handle = try transaction.core.handle()
@@ -133,7 +148,7 @@ public struct IndexReader {
         guard statement.parameterCount == expected else {
             throw DatabaseError(
                 .invalidQuery,
-                "the query \(whereClause.debugDescription) has \(statement.parameterCount - (limit != nil ? 1 : 0)) "
+                "the query \(QuotedInput.quote(whereClause)) has \(statement.parameterCount - (limit != nil ? 1 : 0)) "
                     + "parameters but \(arguments.count) arguments were given")
         }
         for (offset, argument) in arguments.enumerated() {
