@@ -75,6 +75,9 @@ final class Writer: Sendable {
         let result: T
         do {
             result = try body(transaction)
+            // Extension writers place what they hold back (a view's new items, placed together)
+            // while the transaction still reads.
+            if !transaction.isRollbackRequested { try transaction.extensionWriters.flush() }
             transaction.end()
             if let error = connection.transactionEndedBySQLite() ?? transaction.failure { throw error }
         } catch {

@@ -318,6 +318,14 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
     /// Where each item the transaction touched was before it (first touch wins: a savepoint
     /// that rolls back does not change what an item was before the transaction).
     private var touched: [ViewItem: ViewCommitRecord.Before?] = [:]
+    /// Items new to the view, not yet placed: placed together when the pages are next written
+    /// (``applyPending()``), so that a bulk load sorts them once and builds pages, instead of
+    /// searching the view for each.
+    private var pending: [ViewItem: (group: String, value: Value)] = [:]
+
+    /// A group that gets at least this many new items at once, and at least an eighth of what it
+    /// holds, is built again with them (a sort and a merge) rather than searched once per item.
+    static var bulkMinimum: Int { 64 }
 
     init(
         context: ExtensionContext, order: ViewOrder<Value>, collections: Set<String>?,
@@ -353,7 +361,10 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         return store
     }
 
-    func currentLayout() throws(DatabaseError) -> ViewLayout { try pages().layout }
+    func currentLayout() throws(DatabaseError) -> ViewLayout {
+        try applyPending()
+        return try pages().layout
+    }
 
     func keptCache() -> AnyObject? {
         guard let store else { return nil }
@@ -368,6 +379,8 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
 
     func endSavepoint(rolledBack: Bool) {
         let saved = savepoints.removeLast()
+        // Placed when the savepoint began (a savepoint flushes first): what waits was added in it.
+        if rolledBack { pending = [:] }
         guard rolledBack, let store else { return }
         store.discardCache()
         order.forgetAll()
@@ -396,10 +409,19 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         let value = try order.decode(data, item)
         let isMember = try membership?.contains(collection, key) ?? true
         let group = isMember ? order.group(collection, key, value) : nil
+        if pending[item] != nil {
+            // New in this transaction and not placed yet: it waits with its new value.
+            pending[item] = group.map { ($0, value) }
+            return
+        }
         let pages = try pages()
         let location = try pages.location(of: item)
         try recordBefore(item, location: location)
         order.forget(item)
+        if location == nil {
+            if let group { pending[item] = (group, value) }
+            return
+        }
         let probe = order.probe(item, at: value)
         if let location, location.group == group,
             try !pages.leavesPage(item, page: location.page, probe: probe)
@@ -428,6 +450,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
 
     func willRemove(forKey key: String, inCollection collection: String) throws(DatabaseError) {
         let item = ViewItem(collection: collection, key: key)
+        if pending.removeValue(forKey: item) != nil { return }
         let pages = try pages()
         guard let location = try pages.location(of: item) else { return }
         try recordBefore(item, location: location)
@@ -436,12 +459,14 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
     }
 
     func willRemoveAll(inCollection collection: String) throws(DatabaseError) {
+        pending = pending.filter { $0.key.collection != collection }
         for item in try pages().items(inCollection: collection) {
             try willRemove(forKey: item.key, inCollection: collection)
         }
     }
 
     func willRemoveAllCollections() throws(DatabaseError) {
+        pending = [:]
         let pages = try pages()
         for item in try pages.allItems() {
             try recordBefore(item, location: try pages.location(of: item))
@@ -454,6 +479,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         let tree = ViewPages(
             handle: context.handle, prefix: context.tablePrefix, layout: ViewLayout(), caching: true)
         store = tree
+        pending = [:]
         try tree.removeEverything()
         var groups: [String: [(item: ViewItem, value: Value)]] = [:]
         func add(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {
@@ -477,28 +503,85 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
             }
         }
         for (group, members) in groups {
-            // Sort positions over two plain arrays, not the members: in this generic code a
-            // member (a tuple with a `Value`) is copied through runtime metadata at every
-            // access, which made the sort most of a rebuild.
-            let items = members.map(\.item)
-            let values = members.map(\.value)
-            let isBefore = order.areInIncreasingOrder
-            var positions = Array(0..<members.count)
-            positions.sort { a, b in
-                if isBefore(values[a], values[b]) { return true }
-                if isBefore(values[b], values[a]) { return false }
-                return items[a] < items[b]
-            }
-            try tree.build(group: group, items: positions.map { items[$0] })
+            try tree.build(group: group, items: sorted(members.map(\.item), members.map(\.value)))
         }
         try tree.writeBuiltMap()
         try tree.flush()
         touched = [:]
     }
 
-    func flush() throws(DatabaseError) { try store?.flush() }
+    /// `items` (whose values are `values`) in the view's order.
+    ///
+    /// Sorts positions over two plain arrays, not (item, value) pairs: in this generic code a
+    /// pair with a `Value` is copied through runtime metadata at every access, which made the
+    /// sort most of a rebuild.
+    private func sorted(_ items: [ViewItem], _ values: [Value]) -> [ViewItem] {
+        let isBefore = order.areInIncreasingOrder
+        var positions = Array(0..<items.count)
+        positions.sort { a, b in
+            if isBefore(values[a], values[b]) { return true }
+            if isBefore(values[b], values[a]) { return false }
+            return items[a] < items[b]
+        }
+        return positions.map { items[$0] }
+    }
+
+    /// Places the items waiting in ``pending``. A group that gets few is searched once per
+    /// item; one that gets at least ``bulkMinimum`` and an eighth of what it holds is built
+    /// again: the new items sorted once, merged with the group's items in order (whose values
+    /// are decoded once each), and written as new pages, as a rebuild writes them.
+    private func applyPending() throws(DatabaseError) {
+        guard !pending.isEmpty else { return }
+        let pages = try pages()
+        var byGroup: [String: (items: [ViewItem], values: [Value])] = [:]
+        for (item, entry) in pending {
+            byGroup[entry.group, default: ([], [])].items.append(item)
+            byGroup[entry.group]!.values.append(entry.value)
+        }
+        pending = [:]
+        var built = false
+        for (group, members) in byGroup {
+            let held = pages.layout.groups[group]?.count ?? 0
+            guard members.items.count >= Self.bulkMinimum, members.items.count * 8 >= held else {
+                for (item, value) in zip(members.items, members.values) {
+                    try pages.insert(item, group: group, probe: order.probe(item, at: value))
+                }
+                continue
+            }
+            var merged = sorted(members.items, members.values)
+            if held > 0 {
+                var newValues: [ViewItem: Value] = [:]
+                for (item, value) in zip(members.items, members.values) { newValues[item] = value }
+                let current = try pages.items(inGroup: group)
+                var result: [ViewItem] = []
+                result.reserveCapacity(current.count + merged.count)
+                var next = 0
+                for item in current {
+                    let value = try order.value(item)
+                    while next < merged.count, order.less(newValues[merged[next]]!, merged[next], value, item)
+                    {
+                        result.append(merged[next])
+                        next += 1
+                    }
+                    result.append(item)
+                }
+                result += merged[next...]
+                merged = result
+                try pages.removeGroup(group)
+            }
+            try pages.build(group: group, items: merged)
+            built = true
+        }
+        if built { try pages.writeBuiltMap() }
+    }
+
+    func flush() throws(DatabaseError) {
+        try applyPending()
+        try store?.flush()
+    }
 
     func finish() throws(DatabaseError) -> (any Sendable)? {
+        try applyPending()
         try store?.flush()
         return touched.isEmpty ? nil : ViewCommitRecord(touched: touched)
     }

@@ -172,6 +172,8 @@ final class ViewPages {
 
     /// The group and page of `item`, or `nil` when it is not in the view.
     func location(of item: ViewItem) throws(DatabaseError) -> (group: String, page: Int64)? {
+        // An empty view has no map rows (a bulk load into a new view asks this of every item).
+        guard !layout.groups.isEmpty else { return nil }
         let select = try statement("SELECT grp, page FROM \(prefix)map WHERE collection = ?1 AND key = ?2")
         defer { select.reset() }
         try select.bind(item.collection, at: 1)
@@ -216,6 +218,14 @@ final class ViewPages {
             items.append(ViewItem(collection: select.string(at: 0), key: select.string(at: 1)))
         }
         return items
+    }
+
+    /// Removes every page of `group`, for a build of the group that follows: its items' map rows
+    /// stay until ``writeBuiltMap()`` replaces them.
+    func removeGroup(_ group: String) throws(DatabaseError) {
+        guard let list = layout.groups[group] else { return }
+        for entry in list.pages { try deletePage(entry.id) }
+        layout.groups[group] = nil
     }
 
     func removeEverything() throws(DatabaseError) {
