@@ -57,7 +57,6 @@ let package = Package(
         .executableTarget(
             name: "snapshotdb",
             dependencies: [
-                "CSQLite",
                 "SnapshotDBLocking",
                 "SnapshotDB",
                 "SnapshotDBInspection",

@@ -39,15 +39,14 @@ struct Checkpoint: ParsableCommand {
     }
 
     func run() throws {
-        let outcome: Result<CheckpointResult, SQLiteFailure>
+        let outcome: Result<ExternalCheckpoint.Outcome, DatabaseError>
         do {
             outcome = try CommandLinePath.withUsablePath(database.file) { path throws(InspectionError) in
                 // Refuse what the inspection refuses (foreign, truncated, random -wal, cut -shm)
                 // before SQLite opens, and possibly rewrites, anything.
                 _ = try SnapshotDBInspector.inspect(databaseAt: path, options: .separateProcess)
-                return Result { () throws(SQLiteFailure) in
-                    try SQLiteCheckpointer.checkpoint(
-                        path: path, mode: mode, busyTimeoutMilliseconds: busyTimeout)
+                return Result { () throws(DatabaseError) in
+                    try ExternalCheckpoint.run(path: path, mode: mode, busyTimeoutMilliseconds: busyTimeout)
                 }
             }
         } catch {
@@ -56,9 +55,10 @@ struct Checkpoint: ParsableCommand {
         }
         let result: CheckpointResult
         do {
-            result = try outcome.get()
+            result = CheckpointResult(try outcome.get(), mode: mode)
         } catch {
-            Output.error("\(database.file): \(error.message)", json: json)
+            let code = error.sqliteCode.map { "SQLite error \($0): " } ?? ""
+            Output.error("\(database.file): \(code)\(error.message)", json: json)
             throw ExitCode(2)
         }
         Output.write(json ? try Output.json(result) + "\n" : result.text + "\n")
@@ -90,6 +90,15 @@ struct CheckpointResult: Encodable, Sendable {
     var logFrames: Int32
     /// Frames checkpointed (`pnCkpt`).
     var checkpointedFrames: Int32
+
+    init(_ outcome: ExternalCheckpoint.Outcome, mode: CheckpointMode) {
+        self.mode = mode
+        resultCode = outcome.resultCode
+        isBusy = outcome.isBusy
+        journalMode = outcome.journalMode
+        logFrames = outcome.walFrames
+        checkpointedFrames = outcome.checkpointedFrames
+    }
 
     enum CodingKeys: String, CodingKey {
         case mode

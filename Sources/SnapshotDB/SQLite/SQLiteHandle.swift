@@ -371,8 +371,25 @@ extension SQLiteHandle {
     /// `SQLITE_BUSY` is not an error here: it means readers or a writer kept the checkpoint from
     /// finishing, which the result reports with `isComplete == false`.
     func checkpoint(_ mode: CheckpointMode) throws(DatabaseError) -> CheckpointResult {
-        var walFrames: Int32 = 0
-        var checkpointedFrames: Int32 = 0
+        let answer = try walCheckpoint(mode)
+        let busy = answer.resultCode != SQLITE_OK
+        return CheckpointResult(
+            mode: mode, walFrames: Int(max(0, answer.walFrames)),
+            checkpointedFrames: Int(max(0, answer.checkpointedFrames)),
+            isComplete: !busy && answer.walFrames == answer.checkpointedFrames)
+    }
+
+    /// What `sqlite3_wal_checkpoint_v2` in `mode` answered, as it answered it: its result code
+    /// (`SQLITE_OK`, or `SQLITE_BUSY` when readers or a writer kept it from finishing), the
+    /// frames in the WAL (`pnLog`) and the frames checkpointed (`pnCkpt`), -1 each when the
+    /// database is not in WAL mode.
+    ///
+    /// - Throws: any other result.
+    func walCheckpoint(_ mode: CheckpointMode) throws(DatabaseError) -> (
+        resultCode: Int32, walFrames: Int32, checkpointedFrames: Int32
+    ) {
+        var walFrames: Int32 = -1
+        var checkpointedFrames: Int32 = -1
         let sqliteMode: Int32
         switch mode {
         case .passive: sqliteMode = SQLITE_CHECKPOINT_PASSIVE
@@ -384,11 +401,7 @@ extension SQLiteHandle {
         guard result == SQLITE_OK || result & 0xFF == SQLITE_BUSY else {
             throw error(result, context: "checkpoint \(mode)")
         }
-        let busy = result != SQLITE_OK
-        return CheckpointResult(
-            mode: mode, walFrames: Int(max(0, walFrames)),
-            checkpointedFrames: Int(max(0, checkpointedFrames)),
-            isComplete: !busy && walFrames == checkpointedFrames)
+        return (result, walFrames, checkpointedFrames)
     }
 
     /// Records where each commit on this handle ends in the WAL (`sqlite3_wal_hook`), for the
