@@ -28,7 +28,7 @@ extension Database {
     public func changes() -> AsyncStream<Changeset> {
         let (stream, continuation) = AsyncStream<Changeset>.makeStream(
             bufferingPolicy: .bufferingOldest(max(1, configuration.changesBufferLimit)))
-        let id = state.withLock { $0.subscribers.add(.stream(continuation)) }
+        let id = commitLog.subscribe(.stream(continuation))
         foreignCommitWatcher.start(for: self)
         let database = WeakDatabase(self)
         continuation.onTermination = { _ in
@@ -44,18 +44,18 @@ extension Database {
     public func addObserver(
         on queue: DispatchQueue = .main, _ body: @escaping @Sendable (Changeset) -> Void
     ) -> ChangeObserver {
-        let id = state.withLock { $0.subscribers.add(.observer(queue, body)) }
+        let id = commitLog.subscribe(.observer(queue, body))
         foreignCommitWatcher.start(for: self)
         return ChangeObserver(database: WeakDatabase(self), id: id)
     }
 
     func removeSubscriber(_ id: Int) {
-        let removed = state.withLock { $0.subscribers.remove(id) }
+        let removed = commitLog.unsubscribe(id)
         if case .stream(let continuation) = removed { continuation.finish() }
     }
 
     func finishSubscribers() {
-        let streams = state.withLock { $0.subscribers.removeAll() }
+        let streams = commitLog.unsubscribeAll()
         for continuation in streams { continuation.finish() }
     }
 }

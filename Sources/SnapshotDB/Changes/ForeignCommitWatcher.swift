@@ -168,7 +168,7 @@ final class ForeignCommitWatcher: Sendable {
                 lastHeader = header
                 return true
             }
-            let published = database.publishedCommit.load(ordering: .acquiring)
+            let published = database.commitLog.publishedCommit.load(ordering: .acquiring)
             try handle.statement(.begin).execute()
             defer { handle.rollback(after: "a look for other processes' commits", logger: database.logger) }
             let fix = try handle.statement(.fixSnapshot)

@@ -57,6 +57,28 @@ final class ConnectionCore: @unchecked Sendable {
         return handle
     }
 
+    // MARK: Writes
+
+    /// This connection's write transaction begins at `start`: its cache moves there and its
+    /// record shows the snapshot (the writer's, which pins nothing: it is the newest).
+    func beginWrite(at start: UInt64) {
+        moveCache(to: start)
+        recordSnapshot(start)
+    }
+
+    /// The write transaction's snapshot is released (before its `COMMIT`, or as it ends).
+    func endWrite() {
+        recordSnapshot(nil)
+    }
+
+    /// This connection's transaction made `changeset`'s commit: the record says so, and the
+    /// cache moves to it, dropping exactly what the commit changed.
+    func didCommit(_ changeset: Changeset) {
+        record.update { $0.lastSnapshot = changeset.commit }
+        cache.invalidate(with: changeset)
+        cache.commit = changeset.commit
+    }
+
     /// The codec of `collection`; the registry is frozen at the connection's first use.
     func codec(for collection: String) -> any ValueCodec {
         if codecs == nil { codecs = database.frozenCodecs() }
@@ -89,7 +111,7 @@ final class ConnectionCore: @unchecked Sendable {
         var triedSealing = false
         while true {
             let before = handle.walIndexHeader()
-            let published = database.publishedCommit.load(ordering: .acquiring)
+            let published = database.commitLog.publishedCommit.load(ordering: .acquiring)
             if database.faults.shouldFail(.beginRead) { throw FaultInjector.error(.beginRead) }
             try handle.statement(.begin).execute()
             let state: CommitState

@@ -108,9 +108,10 @@ extension Database {
 
     /// The newest commit and a copy of every connection's record.
     func snapshotRecords() -> (latest: UInt64, records: [SnapshotRecord]) {
-        let (latest, records) = state.withLock { state in
-            (state.latestCommit, Array(state.connections.values))
-        }
-        return (latest, records.map(\.current))
+        let records = state.withLock { Array($0.connections.values) }.map(\.current)
+        // Read after the records: a snapshot a record shows was published before it was
+        // recorded, so the newest commit read now is at least every record's.
+        let latest = commitLog.latestCommit
+        return (max(latest, records.compactMap(\.snapshot).max() ?? 0), records)
     }
 }

@@ -49,7 +49,10 @@ public final class Database: Sendable {
     let writer = Writer()
     /// Faults injected by tests (debug builds only).
     let faults = FaultInjector()
+    /// Connections, codecs and extensions.
     let state: Mutex<DatabaseState>
+    /// The commits this process published, with their changesets and subscribers.
+    let commitLog: CommitLog
     let checkpointer: Checkpointer
     /// Where the database logs what it cannot throw (a `ROLLBACK` that failed after another
     /// error): the configuration's ``Configuration/checkpointLogger``, with the file's path.
@@ -57,10 +60,6 @@ public final class Database: Sendable {
     /// The last WAL-index header whose commit counter a transaction read or a writer made, with
     /// that counter: see ``knownCommit(at:)``.
     let knownSnapshot = Mutex<(header: WALIndexHeader, commit: UInt64)?>(nil)
-    /// `state.latestCommit`, readable without the lock: stored after each commit is published,
-    /// which is after SQLite committed it. A transaction that loads it before it begins sees a
-    /// counter at least this high, unless older contents were put back from outside.
-    let publishedCommit = Atomic<UInt64>(0)
     /// The oldest commit log pin of any connection, cached for the commit log's trimming, or one
     /// of the ``OldestPin`` markers.
     let oldestPinCache = Atomic<UInt64>(OldestPin.invalid)
@@ -218,8 +217,11 @@ public final class Database: Sendable {
             path: path,
             pollInterval: replica == nil
                 ? ForeignCommitWatcher.pollInterval : ForeignCommitWatcher.replicaPollInterval)
-        self.state = Mutex(DatabaseState(latestCommit: opened.latest, latestToken: opened.latestToken))
-        self.publishedCommit.store(opened.latest, ordering: .releasing)
+        self.state = Mutex(DatabaseState())
+        self.commitLog = CommitLog(
+            latestCommit: opened.latest, latestToken: opened.latestToken,
+            retention: configuration.commitLogRetention, retentionBytes: configuration.commitLogRetentionBytes
+        )
         self.checkpointer = Checkpointer(
             path: path, configuration: configuration, pageSize: opened.pageSize, handle: opened.setup,
             replicator: opened.checkpointing.replicator)
@@ -250,7 +252,7 @@ public final class Database: Sendable {
     ///
     /// Commits by other processes become known when a connection of this database next begins
     /// a transaction, or at once while anything subscribes to ``changes()`` (its watcher).
-    public var latestCommit: UInt64 { state.withLock { $0.latestCommit } }
+    public var latestCommit: UInt64 { commitLog.latestCommit }
 
     /// Registers `codec` for the values of `collection`; values of other collections keep the
     /// default JSON codec.

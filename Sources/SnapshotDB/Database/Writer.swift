@@ -67,9 +67,8 @@ final class Writer: Sendable {
             connection.rollback(handle)
             throw error
         }
-        connection.moveCache(to: start)
-        connection.recordSnapshot(start)
-        defer { connection.recordSnapshot(nil) }
+        connection.beginWrite(at: start)
+        defer { connection.endWrite() }
         let transaction = ReadWriteTransaction(core: connection, commit: start)
         transaction.extensionWriters.excluded = upkeep.excluded
         let result: T
@@ -130,8 +129,6 @@ final class Writer: Sendable {
         try commit(
             changeset, history: history, sealing: false, on: handle, database: database, writer: connection)
         transaction.extensionWriters.didCommit(changeset.commit, from: start)
-        connection.cache.invalidate(with: changeset)
-        connection.cache.commit = changeset.commit
         return result
     }
 
@@ -139,7 +136,7 @@ final class Writer: Sendable {
     /// returns the commit the transaction starts from.
     private func begin(_ handle: SQLiteHandle, database: Database) throws(DatabaseError) -> UInt64 {
         while true {
-            let published = database.publishedCommit.load(ordering: .acquiring)
+            let published = database.commitLog.publishedCommit.load(ordering: .acquiring)
             try handle.statement(.beginImmediate).execute()
             do throws(DatabaseError) {
                 // BEGIN IMMEDIATE holds SQLite's WAL write lock: the WAL-index header cannot
@@ -308,7 +305,7 @@ final class Writer: Sendable {
     private func sealNow(on handle: SQLiteHandle, database: Database, busyTimeout: Duration)
         throws(DatabaseError)
     {
-        let published = database.publishedCommit.load(ordering: .acquiring)
+        let published = database.commitLog.publishedCommit.load(ordering: .acquiring)
         try handle.withBusyTimeout(busyTimeout, restoring: database.configuration.busyTimeout) {
             () throws(DatabaseError) in
             try handle.statement(.beginImmediate).execute()
@@ -333,20 +330,19 @@ final class Writer: Sendable {
         database: Database, writer connection: ConnectionCore?
     ) throws(DatabaseError) {
         let commit = changeset.commit
-        let token: UInt64
         do throws(DatabaseError) {
-            token = try History.write(history, on: handle)
+            try database.commitLog.prepare(changeset, history: history, on: handle)
             if sealing { try handle.statement(.sealExternal).execute() }
         } catch {
+            database.commitLog.discardPending()
             handle.rollback(after: "an error writing commit \(commit)'s history", logger: database.logger)
             throw error
         }
-        database.registerPending(changeset, token: token)
         // Release the writer's snapshot before `COMMIT`: once SQLite commits, a reader may
         // publish this commit from the pending changeset before this thread runs again, and the
         // monitor must never see a writer's start commit as lagging behind its own commit. A
         // writer's snapshot is the newest by construction (`BEGIN IMMEDIATE`); it pins nothing.
-        connection?.recordSnapshot(nil)
+        connection?.endWrite()
         // The header cannot change before COMMIT (this transaction holds the WAL write lock).
         let before = handle.walIndexHeader()
         _ = handle.takeCommitFrames()
@@ -354,7 +350,7 @@ final class Writer: Sendable {
             if database.faults.shouldFail(.commit) { throw FaultInjector.error(.commit) }
             try handle.statement(.commit).execute()
         } catch {
-            database.discardPending()
+            database.commitLog.discardPending()
             handle.rollback(after: "a failed COMMIT of commit \(commit)", logger: database.logger)
             throw error
         }
@@ -364,10 +360,8 @@ final class Writer: Sendable {
         if let before, let after = handle.walIndexHeader(), after.change == before.change &+ 1 {
             database.learnCommit(commit, at: after)
         }
-        connection?.record.update { $0.lastSnapshot = commit }
-        database.publishCommits(through: commit)
-        database.checkpointer.didCommit(commit, frames: handle.takeCommitFrames())
-        database.historyPurger.didCommit(commit, database: database)
+        connection?.didCommit(changeset)
+        database.didCommit(commit, frames: handle.takeCommitFrames())
     }
 }
 

@@ -1,0 +1,264 @@
+internal import Foundation
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
+
+/// The commit log of one database: the changesets of recent commits in order, the newest commit
+/// number, the local commit about to be made, and the subscribers that hear of each commit.
+///
+/// One type, one lock. A commit crosses it once: the ``Writer`` registers its changeset before
+/// its SQLite `COMMIT` (``registerPending(_:token:)``), then publishes it
+/// (``publish(through:loaded:)``), which appends it and hands it to every subscriber under the
+/// same lock, so a subscriber added before a bookmark misses no commit after it. Readers take
+/// changesets from here to move their value caches (``changesets(after:through:)``).
+///
+/// The log keeps what connections may still ask for: trimming (``trim(oldestPinned:)``) needs
+/// the oldest commit any connection pins, which the ``Database`` finds in its connection
+/// records, under its own lock, *before* it calls in here. No lock is ever held while the other
+/// is taken: the database's state and the commit log are independent.
+final class CommitLog: Sendable {
+    struct State {
+        /// The newest commit published.
+        var latestCommit: UInt64
+        /// Changesets in commit order, their ranges contiguous, ending at `latestCommit` when
+        /// not empty.
+        var entries: [Changeset] = []
+        /// The sum of the entries' ``Changeset/approximateBytes``.
+        var bytes = 0
+        /// The local commit registered just before its SQLite `COMMIT`, until it is published.
+        /// There is at most one: commits of this process are made one at a time.
+        var pending: Changeset?
+        /// The history token of the pending commit's row.
+        var pendingToken: UInt64?
+        /// The newest published commit and the token of its history row, when known (see
+        /// ``Database/isAnotherHistory(_:published:)``).
+        var latestToken: (commit: UInt64, token: UInt64)?
+        var subscribers = Subscribers<Changeset>(finishesOverflowingStreams: true)
+    }
+
+    private let state: Mutex<State>
+    /// `latestCommit`, readable without the lock: stored after each commit is published, which
+    /// is after SQLite committed it. A transaction that loads it before it begins sees a counter
+    /// at least this high, unless older contents were put back from outside.
+    let publishedCommit: Atomic<UInt64>
+    /// At least this many of the most recent changesets are kept (``Configuration/commitLogRetention``).
+    private let retention: Int
+    /// And at most about this many bytes of them (``Configuration/commitLogRetentionBytes``).
+    private let retentionBytes: Int
+
+    init(latestCommit: UInt64, latestToken: UInt64?, retention: Int, retentionBytes: Int) {
+        state = Mutex(State(latestCommit: latestCommit, latestToken: latestToken.map { (latestCommit, $0) }))
+        publishedCommit = Atomic(latestCommit)
+        self.retention = retention
+        self.retentionBytes = retentionBytes
+    }
+
+    var latestCommit: UInt64 { publishedCommit.load(ordering: .acquiring) }
+
+    var latestToken: (commit: UInt64, token: UInt64)? { state.withLock { $0.latestToken } }
+
+    /// How many changesets the log holds.
+    var count: Int { state.withLock { $0.entries.count } }
+
+    // MARK: Commits
+
+    /// The writer's commit about to be made, inside its SQLite transaction: writes its history
+    /// row (which is the commit counter) and registers its changeset as pending, so that a
+    /// reader who sees the new counter before the writer publishes it gets the exact changeset.
+    func prepare(_ changeset: Changeset, history: History.Row, on handle: SQLiteHandle) throws(DatabaseError)
+    {
+        let token = try History.write(history, on: handle)
+        registerPending(changeset, token: token)
+    }
+
+    /// Records a local commit about to be made (see ``prepare(_:history:on:)``).
+    func registerPending(_ changeset: Changeset, token: UInt64) {
+        state.withLock { state in
+            state.pending = changeset
+            state.pendingToken = token
+        }
+    }
+
+    /// Forgets the pending commit whose SQLite `COMMIT` failed.
+    func discardPending() {
+        state.withLock { $0.pending = nil }
+    }
+
+    /// What a publish did: the streams that overflowed (to finish once no lock is held: a
+    /// stream's termination handler calls back in), and whether the log outgrew its retention.
+    struct Published {
+        var overflowed: [AsyncStream<Changeset>.Continuation] = []
+        var needsTrim = false
+    }
+
+    /// Appends every commit up to `commit` to the log and delivers it: the pending local one
+    /// with its changeset, those of `entries` (history rows read in a snapshot that reaches
+    /// `commit`) with theirs, and one external changeset per stretch of numbers with neither.
+    /// Idempotent and ordered: a commit already published is not published again.
+    func publish(through commit: UInt64, loaded entries: [History.Entry]) -> Published {
+        state.withLock { state in
+            guard commit > state.latestCommit else { return Published() }
+            // The common publish: this process's own commit, the next number, nothing loaded.
+            if entries.isEmpty, let pending = state.pending,
+                pending.commits == state.latestCommit + 1...commit
+            {
+                state.pending = nil
+                state.latestToken = state.pendingToken.map { (commit, $0) }
+                return append([pending], through: commit, in: &state)
+            }
+            let (changesets, token) = Self.changesets(through: commit, loaded: entries, in: &state)
+            state.latestToken = token.map { (commit, $0) }
+            return append(changesets, through: commit, in: &state)
+        }
+    }
+
+    /// The changesets that publish the commits after the log's newest through `commit`, and the
+    /// history token of `commit`'s row when known; takes the pending commit when it is one.
+    private static func changesets(
+        through commit: UInt64, loaded entries: [History.Entry], in state: inout State
+    ) -> ([Changeset], UInt64?) {
+        let loaded = entries.compactMap(\.changeset)
+        var tokenOf = Dictionary(entries.map { ($0.number, $0.token) }, uniquingKeysWith: { $1 })
+        let now = Date()
+        var published: [Changeset] = []
+        var next = state.latestCommit + 1
+        var known = loaded[...]
+        if let pending = state.pending, pending.commit >= next, pending.commit <= commit {
+            tokenOf[pending.commit] = state.pendingToken
+            // The local commit's own changeset wins over its history row (the same content).
+            known =
+                loaded.isEmpty
+                ? [pending][...]
+                : (loaded.filter { $0.commit != pending.commit } + [pending]).sorted {
+                    $0.commit < $1.commit
+                }[...]
+            state.pending = nil
+        }
+        // Unknown stretches next to each other are one external changeset: a jump of any size
+        // costs one.
+        func append(_ changeset: Changeset) {
+            if changeset.isExternal, let last = published.last, last.isExternal {
+                published[published.count - 1] = .external(
+                    last.commits.lowerBound...changeset.commit, date: now)
+            } else {
+                published.append(changeset)
+            }
+        }
+        for changeset in known where changeset.commit >= next && changeset.commit <= commit {
+            if changeset.commits.lowerBound > next {
+                append(.external(next...changeset.commits.lowerBound - 1, date: now))
+            }
+            append(changeset)
+            next = changeset.commit + 1
+        }
+        if next <= commit { append(.external(next...commit, date: now)) }
+        return (published, tokenOf[commit])
+    }
+
+    /// Appends `published` (the changesets through `commit`, in order) and delivers them.
+    private func append(_ published: [Changeset], through commit: UInt64, in state: inout State) -> Published
+    {
+        var result = Published()
+        for changeset in published {
+            state.entries.append(changeset)
+            state.bytes += changeset.approximateBytes
+            result.overflowed += state.subscribers.deliver(changeset)
+        }
+        state.latestCommit = commit
+        publishedCommit.store(commit, ordering: .releasing)
+        result.needsTrim = Self.excess(state, retention: retention, retentionBytes: retentionBytes)
+        return result
+    }
+
+    // MARK: Reading
+
+    /// The changesets of the commits in `(after, through]`, in order, or `nil` when the log no
+    /// longer holds all of them. An external changeset that also covers commits at or before
+    /// `after` is included whole (it says only that anything may have changed).
+    func changesets(after: UInt64, through: UInt64) -> [Changeset]? {
+        guard through > after else { return [] }
+        return state.withLock { state in
+            let log = state.entries
+            guard let first = log.first, first.commits.lowerBound <= after + 1, state.latestCommit >= through
+            else { return nil }
+            let start = Self.firstIndex(in: log, endingAfter: after)
+            let end = Self.firstIndex(in: log, endingAfter: through - 1)
+            return Array(log[start...end])
+        }
+    }
+
+    /// The index of the first changeset of `log` whose last commit is after `commit` (binary
+    /// search: the log is ordered and its ranges do not overlap).
+    private static func firstIndex(in log: [Changeset], endingAfter commit: UInt64) -> Int {
+        var low = 0
+        var high = log.count
+        while low < high {
+            let middle = (low + high) / 2
+            if log[middle].commit <= commit { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    // MARK: Trimming
+
+    /// Whether the log holds a batch more than its retention, or more bytes than it may.
+    private static func excess(_ state: State, retention: Int, retentionBytes: Int) -> Bool {
+        state.entries.count - retention >= max(1, retention / 4) || state.bytes > retentionBytes
+    }
+
+    /// Drops changesets that no connection can ask for again (those up to `oldestPinned`, the
+    /// oldest commit a connection pins, or the newest commit when none does), keeping at least
+    /// the most recent ``retention`` (and at most about ``retentionBytes`` of them) for idle
+    /// connections' cache invalidation.
+    ///
+    /// In batches of a quarter of the retention: removing from the front of an array moves every
+    /// element left, and doing that for one changeset per commit, once the log was full, cost as
+    /// much as the rest of the commit.
+    func trim(oldestPinned: UInt64?) {
+        state.withLock { state in
+            let excess = state.entries.count - retention
+            let batch = max(1, retention / 4)
+            let overBytes = state.bytes > retentionBytes
+            guard excess >= batch || overBytes else { return }
+            // Keep every changeset after the oldest pin: that connection will ask for them.
+            let removable = Self.firstIndex(
+                in: state.entries, endingAfter: oldestPinned ?? state.latestCommit)
+            var count = min(max(0, excess), removable)
+            var removedBytes = state.entries[..<count].reduce(0) { $0 + $1.approximateBytes }
+            while count < removable, count < state.entries.count - 1,
+                state.bytes - removedBytes > retentionBytes
+            {
+                removedBytes += state.entries[count].approximateBytes
+                count += 1
+            }
+            guard count >= batch || (overBytes && count > 0) else { return }
+            state.entries.removeFirst(count)
+            state.bytes -= removedBytes
+            // An array keeps its peak capacity: after a laggard released a long log, give the
+            // memory back.
+            if state.entries.capacity > 4 * max(64, state.entries.count) {
+                var shrunk: [Changeset] = []
+                shrunk.reserveCapacity(state.entries.count)
+                shrunk.append(contentsOf: state.entries)
+                state.entries = shrunk
+            }
+        }
+    }
+
+    // MARK: Subscribers
+
+    /// Adds a subscriber; it hears of every commit published after this call.
+    func subscribe(_ subscriber: Subscribers<Changeset>.Subscriber) -> Int {
+        state.withLock { $0.subscribers.add(subscriber) }
+    }
+
+    /// Removes the subscriber `id`, and returns it.
+    func unsubscribe(_ id: Int) -> Subscribers<Changeset>.Subscriber? {
+        state.withLock { $0.subscribers.remove(id) }
+    }
+
+    /// Removes every subscriber and returns their streams, to finish once no lock is held.
+    func unsubscribeAll() -> [AsyncStream<Changeset>.Continuation] {
+        state.withLock { $0.subscribers.removeAll() }
+    }
+}
