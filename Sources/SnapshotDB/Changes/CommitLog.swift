@@ -6,7 +6,13 @@ internal import struct Synchronization.Atomic
 /// The commit log of one database: the changesets of recent commits in order, the newest commit
 /// number, the local commit about to be made, and the subscribers that hear of each commit.
 ///
-/// One type, one lock. A commit crosses it once: the ``Writer`` registers its changeset before
+/// One type, one lock, owning the pending changeset, the history row, publishing, the
+/// subscribers and the history's purge (``purger``). A one-row commit crosses eight types:
+/// `Connection`, `ConnectionCore` (its snapshot record and cache, through `beginWrite`,
+/// `endWrite` and `didCommit`), the ``Writer``, `ReadWriteTransaction` (with the changeset it
+/// builds), `ExtensionWriters`, `SQLiteHandle`, this log, and the ``Checkpointer``, which hears
+/// of it once (values such as `Changeset` and the history's encoding aside). A commit crosses
+/// the log once: the ``Writer`` registers its changeset before
 /// its SQLite `COMMIT` (``registerPending(_:token:)``), then publishes it
 /// (``publish(through:loaded:)``), which appends it and hands it to every subscriber under the
 /// same lock, so a subscriber added before a bookmark misses no commit after it. Readers take
@@ -37,6 +43,8 @@ final class CommitLog: Sendable {
     }
 
     private let state: Mutex<State>
+    /// Purges the durable history past the retention bound, off the commit path.
+    let purger = HistoryPurger()
     /// `latestCommit`, readable without the lock: stored after each commit is published, which
     /// is after SQLite committed it. A transaction that loads it before it begins sees a counter
     /// at least this high, unless older contents were put back from outside.
@@ -62,16 +70,43 @@ final class CommitLog: Sendable {
 
     // MARK: Commits
 
+    /// What a commit's history row records of it.
+    enum Source {
+        /// A read-write transaction of this process: its connection, and its operations in
+        /// order (the changeset's keys are their summary).
+        case transaction(connection: String?, operations: [ChangesetBuilder.Operation], clearedAll: Bool)
+        /// Foreign writes sealed with the keys the triggers noted.
+        case foreign(operations: [ChangesetBuilder.Operation])
+        /// Foreign writes whose keys are unknown (a restore put older contents back).
+        case unknown
+    }
+
     /// The writer's commit about to be made, inside its SQLite transaction: writes its history
     /// row (which is the commit counter) and registers its changeset as pending, so that a
     /// reader who sees the new counter before the writer publishes it gets the exact changeset.
-    func prepare(_ changeset: Changeset, history: History.Row, on handle: SQLiteHandle) throws(DatabaseError)
-    {
-        let token = try History.write(history, on: handle)
+    func prepare(_ changeset: Changeset, from source: Source, on handle: SQLiteHandle) throws(DatabaseError) {
+        let extensions = changeset.extensionChanges
+        let row: History.Row
+        switch source {
+        case .transaction(let connection, let operations, let clearedAll):
+            row = History.Row(
+                number: changeset.commit, kind: .commit, date: changeset.date, connection: connection,
+                info: changeset.info,
+                changes: HistoryCoding.encode(
+                    operations: operations, clearedAll: clearedAll, extensions: extensions))
+        case .foreign(let operations):
+            row = History.Row(
+                number: changeset.commit, kind: .foreign, date: changeset.date, info: [:],
+                changes: HistoryCoding.encode(
+                    operations: operations, clearedAll: false, extensions: extensions))
+        case .unknown:
+            row = History.Row(number: changeset.commit, kind: .unknown, date: changeset.date, info: [:])
+        }
+        let token = try History.write(row, on: handle)
         registerPending(changeset, token: token)
     }
 
-    /// Records a local commit about to be made (see ``prepare(_:history:on:)``).
+    /// Records a local commit about to be made (see ``prepare(_:from:on:)``).
     func registerPending(_ changeset: Changeset, token: UInt64) {
         state.withLock { state in
             state.pending = changeset

@@ -75,7 +75,7 @@ public final class Database: Sendable {
     /// The file's extension catalog as last read, for the writer's upkeep check.
     let extensionCatalogCache = ExtensionCatalogCache()
     /// Purges history past ``Configuration/historyRetention``, off the commit path.
-    let historyPurger = HistoryPurger()
+    var historyPurger: HistoryPurger { commitLog.purger }
 
     /// Opens or creates the database at `path` with the default configuration.
     ///

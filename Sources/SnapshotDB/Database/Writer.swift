@@ -120,14 +120,11 @@ final class Writer: Sendable {
         let changeset = transaction.changes.build(
             commit: start + 1, connectionName: connection.name, info: transaction.info,
             extensionChanges: extensionChanges)
-        let history = History.Row(
-            number: changeset.commit, kind: .commit, date: changeset.date, connection: connection.name,
-            info: transaction.info,
-            changes: HistoryCoding.encode(
-                operations: transaction.changes.operations,
-                clearedAll: transaction.changes.clearedAllCollections, extensions: extensionChanges))
+        let source = CommitLog.Source.transaction(
+            connection: connection.name, operations: transaction.changes.operations,
+            clearedAll: transaction.changes.clearedAllCollections)
         try commit(
-            changeset, history: history, sealing: false, on: handle, database: database, writer: connection)
+            changeset, from: source, sealing: false, on: handle, database: database, writer: connection)
         transaction.extensionWriters.didCommit(changeset.commit, from: start)
         return result
     }
@@ -214,7 +211,7 @@ final class Writer: Sendable {
         guard !operations.isEmpty else {
             try commit(
                 .external(sealed...sealed, date: date),
-                history: History.Row(number: sealed, kind: .unknown, date: date, info: [:]),
+                from: .unknown,
                 sealing: true, on: handle, database: database, writer: nil)
             return
         }
@@ -222,10 +219,9 @@ final class Writer: Sendable {
         let changeset = Changeset(
             commits: sealed...sealed, keys: ChangedKeys(log: operations), clearedAllCollections: false,
             connectionName: nil, date: date, info: [:], isExternal: false, extensionChanges: extensions)
-        let history = History.Row(
-            number: sealed, kind: .foreign, date: date, info: [:],
-            changes: HistoryCoding.encode(operations: operations, clearedAll: false, extensions: extensions))
-        try commit(changeset, history: history, sealing: true, on: handle, database: database, writer: nil)
+        try commit(
+            changeset, from: .foreign(operations: operations), sealing: true, on: handle, database: database,
+            writer: nil)
     }
 
     /// For a reader that found foreign writes unsealed in its snapshot: seals them now if this
@@ -326,12 +322,12 @@ final class Writer: Sendable {
     /// transaction this is (`nil` for a seal), whose snapshot is released before `COMMIT`.
     /// On failure the transaction is rolled back and nothing is published.
     private func commit(
-        _ changeset: Changeset, history: History.Row, sealing: Bool, on handle: SQLiteHandle,
+        _ changeset: Changeset, from source: CommitLog.Source, sealing: Bool, on handle: SQLiteHandle,
         database: Database, writer connection: ConnectionCore?
     ) throws(DatabaseError) {
         let commit = changeset.commit
         do throws(DatabaseError) {
-            try database.commitLog.prepare(changeset, history: history, on: handle)
+            try database.commitLog.prepare(changeset, from: source, on: handle)
             if sealing { try handle.statement(.sealExternal).execute() }
         } catch {
             database.commitLog.discardPending()
