@@ -9,6 +9,9 @@ internal import struct Synchronization.Atomic
 #elseif canImport(Darwin)
     internal import Darwin
 #endif
+#if canImport(notify)
+    internal import notify
+#endif
 
 /// Publishes commits of other processes as they happen, so that `changes()` subscribers hear of
 /// them without this process beginning a transaction.
@@ -28,8 +31,12 @@ internal import struct Synchronization.Atomic
 /// transaction), and then sleeps until the next event.
 ///
 /// Where inotify is not available (another OS, a file system that does not report changes, no
-/// `-wal` yet), it polls the header every ``pollInterval``: cheap, but not zero. On Darwin,
-/// `notify_post(3)` from the writing process would replace the poll; it is not built here.
+/// `-wal` yet), it polls the header every ``pollInterval``: cheap, but not zero. On Darwin, every
+/// commit of a SnapshotDB process posts a Darwin notification named after the file
+/// (``CommitNotification``, `notify_post(3)`), which wakes the watchers of the other processes
+/// through `notify_register_file_descriptor(3)`; commits of other SQLite clients post nothing, so
+/// there the watcher also looks once a second. (The Darwin code is not built or tested on the
+/// Linux machines this project runs its tests on.)
 ///
 /// Started by the first subscription (``Database/changes()``, ``Database/addObserver(on:_:)``)
 /// and stopped by ``Database/close()`` or the database's release. Foreign writes by clients
@@ -131,7 +138,7 @@ final class ForeignCommitWatcher: Sendable {
             let timeout: Int32 =
                 settle > 0 && settle <= Self.settleDelays.count
                 ? Self.settleDelays[settle - 1]
-                : (watcher.isWatching ? -1 : pollMilliseconds)
+                : (watcher.isWatching ? Watch.idleTimeout : pollMilliseconds)
             let ready = poll(&descriptors, nfds_t(descriptors.count), timeout)
             if ready < 0 && errno == EINTR { continue }
             if descriptors[0].revents != 0 { return }
@@ -204,12 +211,29 @@ private struct Watch {
 
     var isWatching: Bool { watch >= 0 }
 
+    /// How long the watcher sleeps when nothing wakes it: for ever with inotify, which reports
+    /// every writer; a second with Darwin notifications, which only SnapshotDB processes post.
+    #if canImport(Darwin)
+        static let idleTimeout: Int32 = 1_000
+    #else
+        static let idleTimeout: Int32 = -1
+    #endif
+
     init(walPath: String?) {
         self.walPath = walPath
         #if os(Linux)
             guard walPath != nil else { return }
             descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
             retry()
+        #elseif canImport(Darwin)
+            guard let walPath else { return }
+            var fd: Int32 = -1
+            var token: Int32 = 0
+            let name = CommitNotification.name(walPath: walPath)
+            guard notify_register_file_descriptor(name, &fd, 0, &token) == NOTIFY_STATUS_OK else { return }
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            descriptor = fd
+            watch = token
         #endif
     }
 
@@ -240,10 +264,37 @@ private struct Watch {
                 }
             }
             if watch < 0 { retry() }
+        #elseif canImport(Darwin)
+            // Each notification is a 4-byte token on the descriptor.
+            var token: Int32 = 0
+            while read(descriptor, &token, MemoryLayout<Int32>.size) > 0 {}
         #endif
     }
 
     func end() {
-        if descriptor >= 0 { close(descriptor) }
+        #if canImport(Darwin)
+            // Cancelling the registration closes its descriptor.
+            if watch >= 0 { notify_cancel(watch) }
+        #else
+            if descriptor >= 0 { close(descriptor) }
+        #endif
+    }
+}
+
+/// The Darwin notification a SnapshotDB process posts after each of its commits, named after the
+/// database file, so that the watchers of other processes wake at once (see
+/// ``ForeignCommitWatcher``). On other platforms, inotify sees the commit itself: posting does
+/// nothing.
+enum CommitNotification {
+    /// The notification's name for the database whose `-wal` is `walPath`.
+    static func name(walPath: String) -> String {
+        "org.snapshotdb.commit:" + walPath
+    }
+
+    /// Posts the notification for the database at `databasePath` (its resolved path).
+    static func post(databasePath: String) {
+        #if canImport(Darwin)
+            notify_post(name(walPath: databasePath + "-wal"))
+        #endif
     }
 }

@@ -76,6 +76,7 @@ extension Database {
     /// the ``Writer`` makes after a commit.
     func didCommit(_ commit: UInt64, frames: WALCommitFrames?) {
         publishCommits(through: commit)
+        CommitNotification.post(databasePath: path)
         checkpointer.didCommit(commit, frames: frames)
         historyPurger.didCommit(commit, database: self)
     }
