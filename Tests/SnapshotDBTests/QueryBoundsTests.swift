@@ -1,4 +1,5 @@
 import Foundation
+import SnapshotDBLocking
 import SnapshotDBTestSupport
 import Testing
 
@@ -177,19 +178,24 @@ struct QueryBoundsTests {
             let ui = db.newConnection(name: "ui")
             try ui.beginLongLivedReadTransaction()
             let bookmark = ui.snapshot
-            let (started, startedContinuation) = AsyncStream<Void>.makeStream()
+            // Cancelled from a thread of its own as soon as the closure runs, so that the cancel
+            // does not wait for a thread of the cooperative pool (which other tests may hold).
+            let started = DispatchSemaphore(value: 0)
             let task = Task {
                 try await ui.read { txn in
-                    startedContinuation.yield()
+                    started.signal()
                     return try txn.index(named: "people").count(where: Self.slowFragment)
                 }
             }
-            // Cancelled once the closure runs: SQLite is inside the slow statement, or about to be.
-            var iterator = started.makeAsyncIterator()
-            _ = await iterator.next()
-            let cancelledAt = ContinuousClock.now
-            task.cancel()
+            let cancelled = Mutex<ContinuousClock.Instant?>(nil)
+            let canceller = Thread {
+                started.wait()
+                cancelled.withLock { $0 = .now }
+                task.cancel()
+            }
+            canceller.start()
             await #expect(throws: CancellationError.self) { try await task.value }
+            let cancelledAt = try #require(cancelled.withLock { $0 })
             #expect(ContinuousClock.now - cancelledAt < .seconds(5), "the cancel did not stop the query")
             #expect(ui.snapshot == bookmark)
             #expect(try await ui.read { try $0.count(inCollection: "people") } == 2_000)

@@ -18,7 +18,7 @@ public struct Changeset: Sendable, Hashable {
     /// The commit numbers this changeset stands for: one number for a commit of this process;
     /// for commits found made by another process, every number the commit counter jumped, so
     /// that a jump of any size costs one changeset.
-    public let commits: ClosedRange<UInt64>
+    public var commits: ClosedRange<UInt64> { storage.commits }
     /// Keys written (inserted or replaced) per collection.
     public var setKeys: [String: Set<String>] { keys.sets.setKeys }
     /// Keys removed per collection.
@@ -26,27 +26,61 @@ public struct Changeset: Sendable, Hashable {
     /// Collections emptied by `removeAll(inCollection:)`.
     public var clearedCollections: Set<String> { keys.sets.clearedCollections }
     /// Whether `removeAllCollections()` ran in this commit.
-    public let clearedAllCollections: Bool
+    public var clearedAllCollections: Bool { storage.clearedAllCollections }
     /// The name of the connection that wrote the commit; `nil` for a foreign client's writes
     /// and an external commit.
-    public let connectionName: String?
+    public var connectionName: String? { storage.connectionName }
     /// The process id of the process that made the commit; `nil` for a foreign client's writes
     /// and an external commit.
-    public let processID: Int32?
+    public var processID: Int32? { storage.processID }
     /// When the commit was made (as its history records it, the same in every process); for an
     /// external commit, when this process learnt of it.
-    public let date: Date
+    public var date: Date { storage.date }
     /// Free-form information the writing transaction attached (``ReadWriteTransaction/info``).
-    public let info: [String: String]
+    public var info: [String: String] { storage.info }
     /// Whether the commit's keys are unknown (its history was purged before it was read, or
     /// older contents were put back from outside); then the key sets are empty and every
     /// `hasChange` answers `true`.
-    public let isExternal: Bool
+    public var isExternal: Bool { storage.isExternal }
     /// The key sets, shared by every copy of the changeset and built from the transaction's
     /// log the first time anything asks (see ``ChangedKeys``).
-    private let keys: ChangedKeys
+    private var keys: ChangedKeys { storage.keys }
     /// What extensions (views, indexes) recorded of the commit; not part of equality.
-    let extensionChanges: ExtensionChanges
+    var extensionChanges: ExtensionChanges { storage.extensionChanges }
+
+    /// Every property, behind one reference: a changeset is copied many times on its way (the
+    /// pending commit, the log, each subscriber, each advance that returns it), and a copy of
+    /// one reference costs one retain where a copy of every property cost one per property.
+    private final class Storage: Sendable {
+        let commits: ClosedRange<UInt64>
+        let clearedAllCollections: Bool
+        let connectionName: String?
+        let processID: Int32?
+        let date: Date
+        let info: [String: String]
+        let isExternal: Bool
+        let keys: ChangedKeys
+        let extensionChanges: ExtensionChanges
+
+        init(
+            commits: ClosedRange<UInt64>, clearedAllCollections: Bool, connectionName: String?,
+            processID: Int32?,
+            date: Date, info: [String: String], isExternal: Bool, keys: ChangedKeys,
+            extensionChanges: ExtensionChanges
+        ) {
+            self.commits = commits
+            self.clearedAllCollections = clearedAllCollections
+            self.connectionName = connectionName
+            self.processID = processID
+            self.date = date
+            self.info = info
+            self.isExternal = isExternal
+            self.keys = keys
+            self.extensionChanges = extensionChanges
+        }
+    }
+
+    private let storage: Storage
 
     /// Creates a changeset; SnapshotDB creates these, tests and previews may too.
     public init(
@@ -69,15 +103,10 @@ public struct Changeset: Sendable, Hashable {
         processID: Int32? = nil, date: Date, info: [String: String], isExternal: Bool,
         extensionChanges: ExtensionChanges = ExtensionChanges()
     ) {
-        self.extensionChanges = extensionChanges
-        self.commits = commits
-        self.keys = keys
-        self.clearedAllCollections = clearedAllCollections
-        self.connectionName = connectionName
-        self.processID = processID
-        self.date = date
-        self.info = info
-        self.isExternal = isExternal
+        storage = Storage(
+            commits: commits, clearedAllCollections: clearedAllCollections, connectionName: connectionName,
+            processID: processID, date: date, info: info, isExternal: isExternal, keys: keys,
+            extensionChanges: extensionChanges)
     }
 
     /// The external changeset of the commits `commits`, whose keys are unknown.

@@ -115,6 +115,10 @@ final class ExtensionWriters {
     /// The transaction that started from `start` made `commit`: the writers' caches go to the
     /// database for the next write transaction.
     func didCommit(_ commit: UInt64, from start: UInt64) {
+        // No extension registered and none dropped: no writer left a cache to carry forward.
+        if writers.isEmpty && reset.isEmpty && core.database.extensionCount.load(ordering: .acquiring) == 0 {
+            return
+        }
         guard !writers.isEmpty || !reset.isEmpty else {
             core.database.extensionCaches.didCommit(
                 commit, from: start, kept: [:], published: [:], written: [])
