@@ -239,19 +239,26 @@ struct ReadReplicaTests {
         let replica = try Database(replica: "primary.sqlite", vfs: LitestreamVFS.name)
         try replica.register(ViewTests.byTitle)
         let ui = replica.newConnection(name: "ui")
-        let updates = replica.changes()
-        var iterator = updates.makeAsyncIterator()
-        // A replica that never catches up fails the child instead of hanging the parent.
-        let watchdog = Task {
-            try await Task.sleep(for: .seconds(120))
-            print("timeout the replica did not catch up")
-            exit(1)
-        }
-        defer { watchdog.cancel() }
-        /// Waits, on the watcher's wake-ups, until the replica has `commit`.
-        func waitForCommit(_ commit: UInt64) async {
+        /// Waits until the replica has `commit`, with a read of its own every 250 ms (the progress of another program: Litestream's sync and the
+        /// VFS's poll). After two minutes the child fails, saying where the replica stood and
+        /// what the VFS logged last (on standard error, which the parent's failure shows), instead
+        /// of hanging the parent. (`changes()` waking up on a replica is tested in process.)
+        func waitForCommit(_ commit: UInt64) async throws {
+            let deadline = ContinuousClock.now + .seconds(120)
+            let probe = replica.newConnection(name: "probe")
             while replica.latestCommit < commit {
-                guard await iterator.next() != nil else { return }
+                if ContinuousClock.now > deadline {
+                    let log =
+                        ProcessInfo.processInfo.environment["LITESTREAM_LOG_FILE"]
+                        .flatMap { try? String(contentsOfFile: $0, encoding: .utf8) } ?? ""
+                    FileHandle.standardError.write(
+                        Data(
+                            ("the replica is at commit \(replica.latestCommit), waiting for \(commit); the VFS logged:\n"
+                                + log.split(separator: "\n").suffix(30).joined(separator: "\n")).utf8))
+                    exit(1)
+                }
+                try await Task.sleep(for: .milliseconds(250))
+                _ = try await probe.read { $0.commit }
             }
         }
         func say(_ name: String, _ value: String) { print("\(name) \(value)") }
@@ -259,16 +266,26 @@ struct ReadReplicaTests {
         guard let bookmark = readLine(), bookmark.hasPrefix("bookmark "),
             let first = UInt64(bookmark.dropFirst(9))
         else { return }
-        await waitForCommit(first)
+        try await waitForCommit(first)
+        // Each connection of the replica follows it on its own: the bookmark catches up too.
         try ui.beginLongLivedReadTransaction()
+        while ui.snapshot < first {
+            try await Task.sleep(for: .milliseconds(100))
+            try ui.beginLongLivedReadTransaction()
+        }
         let oldRows = try await ui.read { ViewTests.rows(try $0.view(named: "byTitle")) }
         say("bookmarked", try await ui.read { try Self.digest($0) })
 
         guard let advance = readLine(), advance.hasPrefix("advance "), let last = UInt64(advance.dropFirst(8))
         else { return }
-        await waitForCommit(last)
+        try await waitForCommit(last)
         say("held", try await ui.read { try Self.digest($0) })
-        let changesets = try ui.beginLongLivedReadTransaction()
+        var advances = try ui.beginLongLivedReadTransaction()
+        while ui.snapshot < last {
+            try await Task.sleep(for: .milliseconds(100))
+            advances += try ui.beginLongLivedReadTransaction()
+        }
+        let changesets = advances
         say("changesets", changesets.map(Self.describe).joined(separator: " "))
         say("advanced", try await ui.read { try Self.digest($0) })
         let replayed = try await ui.read { txn in

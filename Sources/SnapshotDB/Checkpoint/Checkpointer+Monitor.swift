@@ -164,7 +164,8 @@ extension Checkpointer {
         }
         let pins = facts.pins.sorted { ($0.commit, -$0.secondsHeld) < ($1.commit, -$1.secondsHeld) }
         return CheckpointStatus(
-            walBytes: walBytes(frames: facts.walFrames), walFileBytes: Self.fileSize(path + "-wal"),
+            walBytes: walBytes(frames: facts.walFrames),
+            walFileBytes: hasWAL ? Self.fileSize(path + "-wal") : 0,
             walFrames: facts.walFrames, checkpointedFrames: facts.checkpointed, pageSize: pageSize,
             latestCommit: snapshots.latest, snapshots: pins,
             externalReaders: probingLocks ? externalReaders() : [],
@@ -174,7 +175,7 @@ extension Checkpointer {
 
     /// The readers of other processes holding a read mark on the `-shm`.
     func externalReaders() -> [ExternalReader] {
-        guard let holders = ReadMarkProbe.holders(databasePath: path) else { return [] }
+        guard hasWAL, let holders = ReadMarkProbe.holders(databasePath: path) else { return [] }
         let ownProcess = getpid()
         return
             holders

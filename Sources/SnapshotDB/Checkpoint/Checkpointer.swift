@@ -70,16 +70,20 @@ final class Checkpointer: Sendable {
     private let replicatorName: Mutex<String?>
     var replicator: String? { replicatorName.withLock { $0 } }
     let path: String
+    /// Whether the database has a `-wal` of its own beside `path` (not a read replica, whose
+    /// `path` names no file).
+    let hasWAL: Bool
     let pageSize: Int
     let metrics: CheckpointMetrics
     let logger: Logger
 
     init(
         path: String, configuration: Configuration, pageSize: Int, handle: sending SQLiteHandle,
-        replicator: String? = nil
+        replicator: String? = nil, hasWAL: Bool = true
     ) {
         self.replicatorName = Mutex(replicator)
         self.path = path
+        self.hasWAL = hasWAL
         self.configuration = configuration
         self.pageSize = pageSize
         self.state = Mutex(State(wal: WALProgress(threshold: configuration.checkpointThresholdPages)))

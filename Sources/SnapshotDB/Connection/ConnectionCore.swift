@@ -239,11 +239,19 @@ final class ConnectionCore: @unchecked Sendable {
         interruption: ReadInterruption?
     ) throws -> T {
         guard let interruption else { return try body(transaction) }
+        let result: T
         do {
-            return try handle().checking(interruption) { try body(transaction) }
+            result = try handle().checking(interruption) { try body(transaction) }
         } catch {
             throw interruption.explain(error, connection: name)
         }
+        // Some reads record an error and return an empty answer (a view's `items(inGroup:)`):
+        // a read SQLite stopped must not return as if it had finished.
+        if interruption.reason != .none {
+            throw interruption.explain(
+                DatabaseError(.interrupted, "interrupted"), connection: name)
+        }
+        return result
     }
 
     func readWrite<T>(_ body: (ReadWriteTransaction) throws -> T) throws -> T {

@@ -107,18 +107,21 @@ extension Database {
         let cached = oldestPinCache.load(ordering: .acquiring)
         if cached < OldestPin.noPins { return cached }
         if cached == OldestPin.noPins { return nil }
-        // Mark the scan, so that a pin moving meanwhile (which stores `invalid`) keeps this
-        // scan's result out of the cache.
-        let scanning = oldestPinCache.compareExchange(
-            expected: OldestPin.invalid, desired: OldestPin.scanning, ordering: .acquiringAndReleasing
-        ).exchanged
-        let oldest = state.withLock { $0.connections.values.compactMap { $0.current.commitLogPin }.min() }
-        if scanning {
-            _ = oldestPinCache.compareExchange(
-                expected: OldestPin.scanning, desired: oldest ?? OldestPin.noPins,
-                ordering: .acquiringAndReleasing)
+        // Under the state lock, so that two scans never overlap (one that saw no pins must not
+        // overwrite the cache after another saw a new one). Mark the scan, so that a pin moving
+        // meanwhile (which stores `invalid`) keeps this scan's result out of the cache.
+        return state.withLock { state in
+            let scanning = oldestPinCache.compareExchange(
+                expected: OldestPin.invalid, desired: OldestPin.scanning, ordering: .acquiringAndReleasing
+            ).exchanged
+            let oldest = state.connections.values.compactMap { $0.current.commitLogPin }.min()
+            if scanning {
+                _ = oldestPinCache.compareExchange(
+                    expected: OldestPin.scanning, desired: oldest ?? OldestPin.noPins,
+                    ordering: .acquiringAndReleasing)
+            }
+            return oldest
         }
-        return oldest
     }
 
     /// Called when a connection's commit log pin moved from `from` to `to`: drops the cached

@@ -55,6 +55,10 @@ extension Database {
     /// With Litestream's VFS each connection follows the replica on its own, and a connection
     /// inside a read transaction keeps its pages until the transaction ends (the VFS applies
     /// new pages at its unlock): so a bookmark is a snapshot of the replica, as on the primary.
+    /// The VFS polls the replica per connection, once a second: one connection may see a newer
+    /// commit than another for that long, so ``latestCommit`` is the newest any connection saw
+    /// and an advance may stop short of it (advance again to catch up); a snapshot behind
+    /// another connection's is not taken for older contents put back.
     /// A bookmark older than the replica's retention (`l0-retention`, 5 minutes by default, and
     /// its compactions) can find its pages gone and fail to read; advance bookmarks more often
     /// than that.

@@ -224,10 +224,10 @@ public final class Database: Sendable {
         )
         self.checkpointer = Checkpointer(
             path: path, configuration: configuration, pageSize: opened.pageSize, handle: opened.setup,
-            replicator: opened.checkpointing.replicator)
+            replicator: opened.checkpointing.replicator, hasWAL: replica == nil)
         if opened.recognizedLitestream { checkpointer.announceLitestream() }
         checkpointer.database = WeakDatabase(self)
-        checkpointer.checkpointAtOpen(readOnly: opened.isReadOnly, hasWAL: replica == nil)
+        checkpointer.checkpointAtOpen(readOnly: opened.isReadOnly, hasWAL: checkpointer.hasWAL)
         OpenFiles.attach(path, self)
     }
 

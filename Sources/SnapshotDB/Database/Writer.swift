@@ -74,6 +74,9 @@ final class Writer: Sendable {
         let result: T
         do {
             result = try body(transaction)
+            // SQLite may have ended the transaction after an error `body` caught: nothing more is
+            // written then (it would commit on its own, outside any transaction).
+            if let error = connection.transactionEndedBySQLite() ?? transaction.failure { throw error }
             // Extension writers place what they hold back (a view's new items, placed together)
             // while the transaction still reads.
             if !transaction.isRollbackRequested { try transaction.extensionWriters.flush() }
@@ -231,6 +234,7 @@ final class Writer: Sendable {
     ///
     /// A reader never waits for a writer here: at worst it makes one commit (one `fsync`).
     func sealWithoutWaiting(on handle: SQLiteHandle, database: Database) -> Bool {
+        guard database.replica == nil else { return false }
         guard lock.tryLock() else {
             requestSeal(database)
             return false
@@ -253,6 +257,8 @@ final class Writer: Sendable {
     /// every 50 ms) rather than hold up the checkpoint queue, until the writes are sealed, the
     /// seal turns out impossible (a read-only file), or the database is released.
     func requestSeal(_ database: Database, attempt: Int = 0) {
+        // A read replica cannot seal: its writes are the primary's to make.
+        guard database.replica == nil else { return }
         guard
             attempt > 0
                 || sealQueued.compareExchange(
@@ -386,7 +392,10 @@ extension Database {
             return CommitState(commit: commit, unsealed: 0)
         }
         var state = try handle.readCommitState()
-        if state.unsealed == 0 && state.commit < published { state.unsealed = 1 }
+        // On a read replica each connection follows the replica on its own (Litestream's VFS
+        // polls it per connection): a snapshot behind another connection's is not older contents
+        // put back, only a connection that has not caught up yet.
+        if state.unsealed == 0 && state.commit < published && replica == nil { state.unsealed = 1 }
         if state.unsealed == 0, let header { learnCommit(state.commit, at: header) }
         return state
     }

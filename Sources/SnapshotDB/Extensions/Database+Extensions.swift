@@ -72,6 +72,72 @@ extension Database {
         setExtension(definition, named: definition.name)
     }
 
+    /// Registers several extensions in one commit, and builds the new ones (or those whose
+    /// version changed) together: one pass over the values, each value read once and decoded
+    /// once per value type, whichever of them reads it (registering a view, an index and a
+    /// full-text index of the same values one by one decodes every value three times).
+    ///
+    /// `extensions` may hold extensions that read others of the list (a search-results view and
+    /// its full-text index): each is installed after those it reads, and builds after the pass
+    /// that fills them. A registration that fails changes nothing: every extension registered
+    /// under one of these names before, if any, stays.
+    ///
+    /// - Throws: what ``register(_:)-swift.method`` throws, for any of them; `misuse` when two
+    ///   share a name.
+    public func register(_ extensions: [any DatabaseExtension]) throws(DatabaseError) {
+        var definitions: [any ExtensionDefinition] = []
+        for candidate in extensions {
+            guard let definition = candidate as? any ExtensionDefinition else {
+                throw DatabaseError(
+                    .misuse, "\(type(of: candidate)) is not an extension SnapshotDB knows how to keep")
+            }
+            try Self.checkExtensionName(definition.name)
+            guard !definitions.contains(where: { $0.name == definition.name }) else {
+                throw DatabaseError(
+                    .misuse, "two extensions of one registration are named '\(definition.name)'")
+            }
+            definitions.append(definition)
+        }
+        // Those a definition reads come first; a dependency on nothing registered or listed is
+        // refused as `register(_:)` refuses it.
+        var ordered: [any ExtensionDefinition] = []
+        var remaining = definitions
+        while !remaining.isEmpty {
+            let names = Set(ordered.map(\.name))
+            guard
+                let next = remaining.firstIndex(where: { definition in
+                    definition.dependencies.allSatisfy { dependency in
+                        names.contains(dependency)
+                            || (!remaining.contains { $0.name == dependency }
+                                && extensionDefinition(named: dependency) != nil)
+                    }
+                })
+            else {
+                let blocked = remaining[0]
+                throw DatabaseError(
+                    .unknownExtension,
+                    "extension '\(blocked.name)' reads an extension that is neither registered nor in this registration"
+                )
+            }
+            ordered.append(remaining.remove(at: next))
+        }
+        if isReplica {
+            for definition in ordered { try register(definition) }
+            return
+        }
+        let connection = newConnection(name: "snapshotdb.extensions")
+        let previous = ordered.map { extensionDefinition(named: $0.name) }
+        do {
+            try connection.readWrite { transaction in try transaction.install(ordered) }
+        } catch {
+            for (definition, before) in zip(ordered, previous) {
+                setExtension(before, named: definition.name)
+            }
+            if let error = error as? DatabaseError { throw error }
+            throw DatabaseError(.sqlite, "registering extensions failed: \(error)", cause: error)
+        }
+    }
+
     /// Removes the extension registered as `name` and drops its tables, in a commit of its own.
     /// Unregistering a name that is not registered does nothing.
     ///
@@ -143,6 +209,28 @@ extension ReadWriteTransaction {
     /// it. The registry is updated here, under the writer lock, so that no transaction commits
     /// values without the extension once it is installed.
     func install(_ definition: any ExtensionDefinition) throws(DatabaseError) {
+        try install([definition])
+    }
+
+    /// Installs `definitions` (in order: an extension after those it reads) and builds the new
+    /// ones together, in one pass over the values (see ``ExtensionWriters/rebuildTogether(_:handle:)``).
+    func install(_ definitions: [any ExtensionDefinition]) throws(DatabaseError) {
+        let memo = definitions.count > 1 ? DecodeMemo() : nil
+        var builds: [(definition: any ExtensionDefinition, context: ExtensionContext)] = []
+        for definition in definitions {
+            if var context = try prepareInstall(definition) {
+                context.memo = memo
+                builds.append((definition, context))
+            }
+        }
+        if !builds.isEmpty { try extensionWriters.rebuild(builds) }
+    }
+
+    /// Records `definition` in the catalog with new, empty tables, and returns the context to
+    /// build them in; `nil` when the file already has this kind and version of it.
+    private func prepareInstall(_ definition: any ExtensionDefinition) throws(DatabaseError)
+        -> ExtensionContext?
+    {
         try checkActive()
         let handle = try core.handle()
         try handle.execute(ExtensionCatalog.create)
@@ -154,7 +242,7 @@ extension ReadWriteTransaction {
         {
             core.database.setExtension(definition, named: definition.name)
             extensionWriters.excluded.remove(definition.name)
-            return
+            return nil
         }
         try ExtensionCatalog.dropTables(of: definition.name, handle: handle)
         let context = try core.extensionContext(named: definition.name, transaction: self)
@@ -164,7 +252,7 @@ extension ReadWriteTransaction {
             definition, commit: commit + 1, connection: core.name, handle: handle)
         core.database.setExtension(definition, named: definition.name)
         extensionWriters.excluded.remove(definition.name)
-        try extensionWriters.rebuild(definition, context: context)
+        return context
     }
 
     /// Drops the extension registered as `name`, its tables and its record.

@@ -83,6 +83,19 @@ protocol ExtensionWriter: AnyObject {
     /// Fills the extension's empty tables from every value it observes; what the changeset
     /// then says must make readers reload (``ExtensionChanges/isReset``).
     func rebuild() throws(DatabaseError)
+    /// Whether this writer can be rebuilt fed one value at a time, in a pass over the values that
+    /// rebuilds several extensions (``ExtensionWriters/rebuildTogether(_:handle:memo:)``).
+    var feedsRebuild: Bool { get }
+    /// The collections whose values a fed rebuild reads (`nil`: every collection).
+    var rebuildCollections: Set<String>? { get }
+    /// A fed rebuild begins: the tables are empty or emptied.
+    func beginRebuild() throws(DatabaseError)
+    /// One value, in (collection, key) order.
+    func feedRebuild(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError)
+    /// Every value was fed.
+    func endRebuild() throws(DatabaseError)
+    /// The memo the writer's context shares with the other writers of a rebuild pass.
+    var rebuildMemo: DecodeMemo? { get }
     /// What the transaction changed, for its changeset; `nil` when nothing. Writes back anything
     /// the writer still holds (see ``flush()``).
     func finish() throws(DatabaseError) -> (any Sendable)?
@@ -111,6 +124,50 @@ extension ExtensionWriter {
     func endSavepoint(rolledBack: Bool) {}
     func keptCache() -> AnyObject? { nil }
     func publishedState() -> AnyObject? { nil }
+    var feedsRebuild: Bool { false }
+    var rebuildCollections: Set<String>? { nil }
+    func beginRebuild() throws(DatabaseError) {}
+    func feedRebuild(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {}
+    func endRebuild() throws(DatabaseError) {}
+    var rebuildMemo: DecodeMemo? { nil }
+}
+
+/// The values one rebuild pass decoded for its current row, by type: extensions rebuilt in one
+/// pass over the values (views, indexes and full-text indexes of the same collections) decode
+/// each value once, whichever of them asks first.
+final class DecodeMemo {
+    private var collection = ""
+    private var key = ""
+    private var values: [ObjectIdentifier: Any] = [:]
+    /// Whether a pass is running: outside one, nothing is remembered or returned.
+    private var isActive = false
+
+    /// The pass moved to the value of `key` in `collection`.
+    func begin(_ collection: String, _ key: String) {
+        isActive = true
+        self.collection = collection
+        self.key = key
+        values.removeAll(keepingCapacity: true)
+    }
+
+    /// The pass ended: nothing is remembered (a later decode of the same key, of new data,
+    /// must not find this pass's value).
+    func end() {
+        isActive = false
+        collection = ""
+        key = ""
+        values.removeAll()
+    }
+
+    func value<T>(_ type: T.Type, collection: String, key: String) -> T? {
+        guard isActive, key == self.key, collection == self.collection else { return nil }
+        return values[ObjectIdentifier(type)] as? T
+    }
+
+    func store<T>(_ value: T, collection: String, key: String) {
+        guard isActive, key == self.key, collection == self.collection else { return }
+        values[ObjectIdentifier(T.self)] = value
+    }
 }
 
 /// What an extension's code works with inside a transaction: the SQLite handle, the codecs,
@@ -124,14 +181,17 @@ struct ExtensionContext {
     /// extensions while it seals foreign writes): its reads go through the connection's value
     /// cache, which keeps decoded values across transactions.
     weak var transaction: ReadTransaction?
+    /// The decoded values a rebuild pass shares between extensions (``DecodeMemo``).
+    var memo: DecodeMemo?
 
     init(
-        handle: SQLiteHandle, name: String, transaction: ReadTransaction? = nil,
+        handle: SQLiteHandle, name: String, transaction: ReadTransaction? = nil, memo: DecodeMemo? = nil,
         codec: @escaping (String) -> any ValueCodec
     ) {
         self.handle = handle
         self.name = name
         self.transaction = transaction
+        self.memo = memo
         self.codec = codec
     }
 
@@ -161,6 +221,14 @@ struct ExtensionContext {
         inCollections collections: Set<String>?,
         _ body: (_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) -> Void
     ) throws(DatabaseError) {
+        try Self.forEachValue(on: handle, inCollections: collections, body)
+    }
+
+    /// ``forEachValue(inCollections:_:)`` on `handle`.
+    static func forEachValue(
+        on handle: SQLiteHandle, inCollections collections: Set<String>?,
+        _ body: (_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) -> Void
+    ) throws(DatabaseError) {
         let all = try handle.idleStatement(.enumerateAll)
         defer { all.reset() }
         while try all.step() {
@@ -174,8 +242,11 @@ struct ExtensionContext {
     func decode<T: Decodable>(_ type: T.Type, _ data: Data, key: String, collection: String)
         throws(DatabaseError) -> T
     {
+        if let memo, let value = memo.value(T.self, collection: collection, key: key) { return value }
         do {
-            return try codec(collection).decode(T.self, from: data)
+            let value = try codec(collection).decode(T.self, from: data)
+            memo?.store(value, collection: collection, key: key)
+            return value
         } catch {
             throw DatabaseError(
                 .decodingFailed,

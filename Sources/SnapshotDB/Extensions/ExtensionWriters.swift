@@ -74,12 +74,55 @@ final class ExtensionWriters {
 
     /// Fills `definition`'s new, empty tables from the values (its registration).
     func rebuild(_ definition: any ExtensionDefinition, context: ExtensionContext) throws(DatabaseError) {
+        try rebuild([(definition, context)])
+    }
+
+    /// Fills the new, empty tables of several extensions from the values, in one pass over them
+    /// (``rebuildTogether(_:handle:memo:)``).
+    func rebuild(_ entries: [(definition: any ExtensionDefinition, context: ExtensionContext)])
+        throws(DatabaseError)
+    {
         definitions = nil
-        let writer = definition.makeWriter(context)
-        writers[definition.name] = writer
-        try writer.rebuild()
-        for _ in 0..<savepointDepth { writer.beginSavepoint() }
-        reset.insert(definition.name)
+        var made: [any ExtensionWriter] = []
+        for (definition, context) in entries {
+            let writer = definition.makeWriter(context)
+            writers[definition.name] = writer
+            made.append(writer)
+        }
+        guard let first = entries.first else { return }
+        try Self.rebuildTogether(made, handle: first.context.handle)
+        for (definition, _) in entries {
+            for _ in 0..<savepointDepth { writers[definition.name]?.beginSavepoint() }
+            reset.insert(definition.name)
+        }
+    }
+
+    /// Rebuilds `writers` (whose contexts share one ``DecodeMemo``, when there are several): those
+    /// that can be fed, in one pass over the values, each value read once and decoded once per
+    /// value type whichever extensions read it; then the others (a search-results view, which
+    /// reads the full-text index the pass filled), each on its own.
+    static func rebuildTogether(_ writers: [any ExtensionWriter], handle: SQLiteHandle) throws(DatabaseError)
+    {
+        let fed = writers.filter(\.feedsRebuild)
+        if fed.count > 1 {
+            for writer in fed { try writer.beginRebuild() }
+            let everything = fed.contains { $0.rebuildCollections == nil }
+            let collections =
+                everything ? nil : fed.reduce(into: Set<String>()) { $0.formUnion($1.rebuildCollections!) }
+            let memo = fed.lazy.compactMap(\.rebuildMemo).first
+            defer { memo?.end() }
+            try ExtensionContext.forEachValue(on: handle, inCollections: collections) {
+                (collection, key, data) throws(DatabaseError) in
+                memo?.begin(collection, key)
+                for writer in fed where writer.rebuildCollections?.contains(collection) ?? true {
+                    try writer.feedRebuild(collection, key, data)
+                }
+            }
+            for writer in fed { try writer.endRebuild() }
+        } else {
+            for writer in fed { try writer.rebuild() }
+        }
+        for writer in writers where !writer.feedsRebuild { try writer.rebuild() }
     }
 
     /// Records that `name` was dropped in this transaction.
@@ -152,12 +195,17 @@ final class ExtensionWriters {
         guard database.extensionCount.load(ordering: .acquiring) > 0 else { return }
         let codecs = database.frozenCodecs()
         let json = JSONValueCodec()
+        let memo = DecodeMemo()
+        var writers: [any ExtensionWriter] = []
         for definition in database.extensionDefinitions() where !excluded.contains(definition.name) {
-            let context = ExtensionContext(handle: handle, name: definition.name) { codecs[$0] ?? json }
+            let context = ExtensionContext(handle: handle, name: definition.name, memo: memo) {
+                codecs[$0] ?? json
+            }
             try ExtensionCatalog.dropTables(of: definition.name, handle: handle)
             try definition.createTables(context)
-            try definition.makeWriter(context).rebuild()
+            writers.append(definition.makeWriter(context))
         }
+        try rebuildTogether(writers, handle: handle)
     }
 }
 

@@ -43,7 +43,7 @@ final class SQLiteHandle {
         var handle: OpaquePointer?
         let flags =
             (readOnly || vfs != nil ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX
-            | SQLITE_OPEN_EXRESCODE
+            | SQLITE_OPEN_EXRESCODE | (vfs != nil ? SQLITE_OPEN_URI : 0)
         // SnapshotDB's VFS: the default one with WAL preallocation (see snapshotdb_vfs.c).
         let result =
             if let vfs {

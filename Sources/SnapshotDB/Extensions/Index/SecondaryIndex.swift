@@ -221,15 +221,34 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
     }
 
     func rebuild() throws(DatabaseError) {
+        try beginRebuild()
+        defer { rebuilding = false }
+        try context.forEachValue(inCollections: index.collections) {
+            (collection, key, data) throws(DatabaseError) in
+            try feedRebuild(collection, key, data)
+        }
+        try endRebuild()
+    }
+
+    var feedsRebuild: Bool { true }
+
+    var rebuildCollections: Set<String>? { index.collections }
+
+    var rebuildMemo: DecodeMemo? { context.memo }
+
+    func beginRebuild() throws(DatabaseError) {
         // Filling the table first and creating each SQLite index after it sorts once per index,
         // instead of one random B-tree insert per value and index.
         try context.handle.execute("DELETE FROM \(table.name);" + table.dropColumnIndexes)
         rebuilding = true
-        defer { rebuilding = false }
-        try context.forEachValue(inCollections: index.collections) {
-            (collection, key, data) throws(DatabaseError) in
-            try store(data, key: key, collection: collection)
-        }
+    }
+
+    func feedRebuild(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {
+        try store(data, key: key, collection: collection)
+    }
+
+    func endRebuild() throws(DatabaseError) {
+        rebuilding = false
         try context.handle.execute(table.createColumnIndexes)
     }
 

@@ -157,14 +157,31 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
     }
 
     func rebuild() throws(DatabaseError) {
-        try willRemoveAllCollections()
-        rebuilding = true
+        try beginRebuild()
         defer { rebuilding = false }
         try context.forEachValue(inCollections: search.collections) {
             (collection, key, data) throws(DatabaseError) in
-            try store(data, key: key, collection: collection)
+            try feedRebuild(collection, key, data)
         }
+        try endRebuild()
     }
+
+    var feedsRebuild: Bool { true }
+
+    var rebuildCollections: Set<String>? { search.collections }
+
+    var rebuildMemo: DecodeMemo? { context.memo }
+
+    func beginRebuild() throws(DatabaseError) {
+        try willRemoveAllCollections()
+        rebuilding = true
+    }
+
+    func feedRebuild(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {
+        try store(data, key: key, collection: collection)
+    }
+
+    func endRebuild() throws(DatabaseError) { rebuilding = false }
 
     func finish() throws(DatabaseError) -> (any Sendable)? { nil }
 }
@@ -323,9 +340,9 @@ public struct SearchReader {
     /// string", "unknown special query" (a lone `*`) and "no such column" (`-paris`, which FTS5
     /// reads as a column filter, and `nosuch:paris`).
     static func queryError(_ error: DatabaseError, query: String) -> DatabaseError {
-        guard error.code == .sqlite, let code = error.sqliteCode, code & 0xFF == SQLITE_ERROR else {
-            return error
-        }
+        // Plain SQLITE_ERROR only: its extended codes (a missing collation, a retry) are not
+        // the query's fault.
+        guard error.code == .sqlite, error.sqliteCode == SQLITE_ERROR else { return error }
         return DatabaseError(
             .invalidQuery,
             "the search \(QuotedInput.quote(query)) is not a valid FTS5 query: \(error.message)",

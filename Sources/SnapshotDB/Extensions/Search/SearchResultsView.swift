@@ -116,7 +116,6 @@ final class SearchMatcher {
 
     /// Whether the index matches the item with the query now.
     func matches(_ collection: String, _ key: String) throws(DatabaseError) -> Bool {
-        try SearchReader.checkBounds(query)
         let find = try handle.cachedStatement(
             "SELECT id FROM \(prefix)map WHERE collection = ?1 AND key = ?2")
         try find.bind(collection, at: 1)

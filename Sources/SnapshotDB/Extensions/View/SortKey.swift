@@ -7,9 +7,9 @@ public import Foundation
 /// SortKey(note.folder, .descending(note.modified), note.title)
 /// ```
 ///
-/// A view declared with a sort key stores each item's key beside it, so inserting, moving and
-/// finding an item compare keys and never decode a value. Two items with equal keys are ordered
-/// by collection, then key, as in every view.
+/// It is the building block of views ordered by key, which are not built yet: such a view will
+/// store each item's key beside it, so that inserting, moving and finding an item compare keys
+/// and never decode a value. Today the type and its encoding are public and tested on their own.
 ///
 /// The encoding of each component (all big-endian, so that byte order is numeric order):
 ///

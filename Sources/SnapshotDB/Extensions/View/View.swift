@@ -475,36 +475,58 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
     }
 
     func rebuild() throws(DatabaseError) {
-        // New, empty tables: nothing to read.
-        let tree = ViewPages(
-            handle: context.handle, prefix: context.tablePrefix, layout: ViewLayout(), caching: true)
-        store = tree
-        pending = [:]
-        try tree.removeEverything()
-        var groups: [String: [(item: ViewItem, value: Value)]] = [:]
-        func add(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {
-            let item = ViewItem(collection: collection, key: key)
-            let value = try order.decode(data, item)
-            if let group = order.group(collection, key, value) {
-                groups[group, default: []].append((item, value))
-            }
-        }
+        try beginRebuild()
         if let membership {
             // Only the members' values are read and decoded.
             let read = try context.handle.statement(.getData)
             for item in try membership.all() where collections?.contains(item.collection) ?? true {
                 guard let data = try read.fetchBlob(item.collection, item.key) else { continue }
-                try add(item.collection, item.key, data)
+                try feedRebuild(item.collection, item.key, data)
             }
         } else {
             try context.forEachValue(inCollections: collections) {
                 (collection, key, data) throws(DatabaseError) in
-                try add(collection, key, data)
+                try feedRebuild(collection, key, data)
             }
         }
-        for (group, members) in groups {
-            try tree.build(group: group, items: sorted(members.map(\.item), members.map(\.value)))
+        try endRebuild()
+    }
+
+    /// A search-results view reads its full-text index to rebuild: it rebuilds on its own,
+    /// after the pass that fills that index.
+    var feedsRebuild: Bool { membership == nil }
+
+    var rebuildCollections: Set<String>? { collections }
+
+    var rebuildMemo: DecodeMemo? { context.memo }
+
+    /// The members a rebuild collects, by group, until ``endRebuild()`` sorts them.
+    private var rebuildGroups: [String: (items: [ViewItem], values: [Value])] = [:]
+
+    func beginRebuild() throws(DatabaseError) {
+        // New, empty tables: nothing to read.
+        let tree = ViewPages(
+            handle: context.handle, prefix: context.tablePrefix, layout: ViewLayout(), caching: true)
+        store = tree
+        pending = [:]
+        rebuildGroups = [:]
+        try tree.removeEverything()
+    }
+
+    func feedRebuild(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {
+        let value = try order.decode(data, ViewItem(collection: collection, key: key))
+        if let group = order.group(collection, key, value) {
+            rebuildGroups[group, default: ([], [])].items.append(ViewItem(collection: collection, key: key))
+            rebuildGroups[group]!.values.append(value)
         }
+    }
+
+    func endRebuild() throws(DatabaseError) {
+        let tree = try pages()
+        for (group, members) in rebuildGroups {
+            try tree.build(group: group, items: sorted(members.items, members.values))
+        }
+        rebuildGroups = [:]
         try tree.writeBuiltMap()
         try tree.flush()
         touched = [:]
