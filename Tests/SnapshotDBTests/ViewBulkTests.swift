@@ -124,6 +124,20 @@ struct ViewBulkTests {
             }
             try check("a few inserts")
 
+            // A reader made before the transaction's writes refuses to answer for after them
+            // (its pages may be gone after a merge); the transaction fails with `misuse`.
+            let stale = expectError(.misuse) {
+                try writer.readWrite { txn in
+                    let before = try txn.view(named: "byTitle")
+                    for index in 5_000..<5_200 {
+                        try txn.set(Self.note(&random), forKey: "n\(index)", inCollection: "notes")
+                    }
+                    _ = before.item(at: 0, inGroup: "inbox")
+                }
+            }
+            #expect(stale?.message.contains("call view(named:) again") == true)
+            try check("nothing of the refused transaction")
+
             // The pages on disk give the same view to a database opened afresh.
             try db.close()
             let reopened = try Database(path: db.path)

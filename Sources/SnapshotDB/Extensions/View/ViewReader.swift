@@ -35,6 +35,9 @@ public final class ViewReader {
     private let ranking: any ViewRanking
     /// The groups that hold at least one item, sorted.
     public let groups: [String]
+    /// In a read-write transaction, how many writes it had made when this reader was made: the
+    /// reader shows the view as of then, and refuses to answer once the transaction wrote more.
+    private let writesWhenMade: Int?
 
     init(transaction: ReadTransaction, name: String, ranking: any ViewRanking, context: ExtensionContext)
         throws(DatabaseError)
@@ -45,11 +48,26 @@ public final class ViewReader {
         let layout = try ViewLayout.current(name: name, context: context, transaction: transaction)
         pages = ViewPages(handle: context.handle, prefix: context.tablePrefix, layout: layout)
         groups = layout.groupNames
+        writesWhenMade = (transaction as? ReadWriteTransaction)?.changes.operations.count
+    }
+
+    /// Throws `misuse` when the read-write transaction wrote since this reader was made: its
+    /// layout is the view's before those writes (whose pages may be gone), so it could answer
+    /// wrong or report damage that is not there.
+    private func checkCurrent() throws(DatabaseError) {
+        guard let writesWhenMade, let write = transaction as? ReadWriteTransaction,
+            write.changes.operations.count != writesWhenMade
+        else { return }
+        throw DatabaseError(
+            .misuse,
+            "the view '\(name)' was read through a reader made before this transaction's last writes; "
+                + "call view(named:) again after writing")
     }
 
     private func reading<T>(_ fallback: T, _ body: () throws(DatabaseError) -> T) -> T {
         do {
             try transaction.checkActive()
+            try checkCurrent()
             return try body()
         } catch {
             transaction.recordFailure(error)
