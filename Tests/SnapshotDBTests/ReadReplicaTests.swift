@@ -168,14 +168,8 @@ struct ReadReplicaTests {
                 "dbs:\n  - path: \(path)\n    replicas:\n      - url: file://\(replica)\n        sync-interval: 100ms\n"
                 .write(toFile: config, atomically: true, encoding: .utf8)
             let litestream = try ChildProcess(tool, ["replicate", "-config", config])
-            defer {
-                _ = Foundation.kill(litestream.processID, SIGTERM)
-                _ = litestream.finish()
-            }
-            try LitestreamTests.waitFor("Litestream's tables") {
-                try sqlite3(path, "SELECT count(*) FROM sqlite_schema WHERE name = '_litestream_seq'")
-                    == "1\n"
-            }
+            defer { LitestreamTests.stop(litestream) }
+            try LitestreamTests.waitForTables(path)
             try LitestreamTests.writeNotes(writer, 20..<30)
             let first = db.latestCommit
             let primary = db.newConnection(name: "primary-reader")
@@ -239,26 +233,25 @@ struct ReadReplicaTests {
         let replica = try Database(replica: "primary.sqlite", vfs: LitestreamVFS.name)
         try replica.register(ViewTests.byTitle)
         let ui = replica.newConnection(name: "ui")
-        /// Waits until the replica has `commit`, with a read of its own every 250 ms (the progress of another program: Litestream's sync and the
-        /// VFS's poll). After two minutes the child fails, saying where the replica stood and
-        /// what the VFS logged last (on standard error, which the parent's failure shows), instead
-        /// of hanging the parent. (`changes()` waking up on a replica is tested in process.)
-        func waitForCommit(_ commit: UInt64) async throws {
+        /// Polls `step` every 100 ms until it reports `commit`: the progress of another program
+        /// (Litestream's sync, then the VFS's poll of the replica, which each connection makes on
+        /// its own). After two minutes the child fails, saying where it stood and what the VFS
+        /// logged last (on standard error, which the parent's failure shows), instead of hanging
+        /// the parent. (`changes()` waking up on a replica is tested in process.)
+        func poll(until commit: UInt64, _ step: () async throws -> UInt64) async throws {
             let deadline = ContinuousClock.now + .seconds(120)
-            let probe = replica.newConnection(name: "probe")
-            while replica.latestCommit < commit {
+            while case let reached = try await step(), reached < commit {
                 if ContinuousClock.now > deadline {
                     let log =
                         ProcessInfo.processInfo.environment["LITESTREAM_LOG_FILE"]
                         .flatMap { try? String(contentsOfFile: $0, encoding: .utf8) } ?? ""
                     FileHandle.standardError.write(
                         Data(
-                            ("the replica is at commit \(replica.latestCommit), waiting for \(commit); the VFS logged:\n"
+                            ("the replica is at commit \(reached), waiting for \(commit); the VFS logged:\n"
                                 + log.split(separator: "\n").suffix(30).joined(separator: "\n")).utf8))
                     exit(1)
                 }
-                try await Task.sleep(for: .milliseconds(250))
-                _ = try await probe.read { $0.commit }
+                try await Task.sleep(for: .milliseconds(100))
             }
         }
         func say(_ name: String, _ value: String) { print("\(name) \(value)") }
@@ -266,24 +259,23 @@ struct ReadReplicaTests {
         guard let bookmark = readLine(), bookmark.hasPrefix("bookmark "),
             let first = UInt64(bookmark.dropFirst(9))
         else { return }
-        try await waitForCommit(first)
-        // Each connection of the replica follows it on its own: the bookmark catches up too.
-        try ui.beginLongLivedReadTransaction()
-        while ui.snapshot < first {
-            try await Task.sleep(for: .milliseconds(100))
+        try await poll(until: first) {
             try ui.beginLongLivedReadTransaction()
+            return ui.snapshot
         }
         let oldRows = try await ui.read { ViewTests.rows(try $0.view(named: "byTitle")) }
         say("bookmarked", try await ui.read { try Self.digest($0) })
 
         guard let advance = readLine(), advance.hasPrefix("advance "), let last = UInt64(advance.dropFirst(8))
         else { return }
-        try await waitForCommit(last)
+        // The replica reaches the last commit while the bookmark holds the first.
+        let probe = replica.newConnection(name: "probe")
+        try await poll(until: last) { try await probe.read { $0.commit } }
         say("held", try await ui.read { try Self.digest($0) })
-        var advances = try ui.beginLongLivedReadTransaction()
-        while ui.snapshot < last {
-            try await Task.sleep(for: .milliseconds(100))
+        var advances: [Changeset] = []
+        try await poll(until: last) {
             advances += try ui.beginLongLivedReadTransaction()
+            return ui.snapshot
         }
         let changesets = advances
         say("changesets", changesets.map(Self.describe).joined(separator: " "))

@@ -141,6 +141,19 @@ struct LitestreamTests {
         }
     }
 
+    /// Ends a `litestream replicate` child, if it still runs: SIGTERM lets it finish its sync.
+    static func stop(_ litestream: ChildProcess) {
+        if litestream.isRunning { _ = Foundation.kill(litestream.processID, SIGTERM) }
+        _ = litestream.finish()
+    }
+
+    /// Waits until Litestream made its tables in the database at `path`: it replicates it.
+    static func waitForTables(_ path: String) throws {
+        try waitFor("Litestream's tables") {
+            try sqlite3(path, "SELECT count(*) FROM sqlite_schema WHERE name = '_litestream_seq'") == "1\n"
+        }
+    }
+
     struct ReplicationTimeout: Error {
         let what: String
     }
@@ -188,14 +201,8 @@ struct LitestreamTests {
             let start = db.latestCommit
 
             let litestream = try ChildProcess(tool, ["replicate", path, "file://" + replica])
-            defer {
-                _ = Foundation.kill(litestream.processID, SIGTERM)
-                _ = litestream.finish()
-            }
-            try Self.waitFor("Litestream's tables") {
-                try sqlite3(path, "SELECT count(*) FROM sqlite_schema WHERE name = '_litestream_seq'")
-                    == "1\n"
-            }
+            defer { Self.stop(litestream) }
+            try Self.waitForTables(path)
             try Self.writeNotes(writer, 20..<40)
             let firstBatch = db.latestCommit
             let probe = directory.appendingPathComponent("probe.sqlite").path
@@ -232,8 +239,7 @@ struct LitestreamTests {
             let report = try ChildProcess.run(snapshotdb, ["inspect", path])
             #expect(
                 report.standardOutput.contains("(litestream, the replicator)"), "\(report.standardOutput)")
-            _ = Foundation.kill(litestream.processID, SIGTERM)
-            _ = litestream.finish()
+            Self.stop(litestream)
 
             // The restore opens as a SnapshotDB database at the last replicated commit, with the
             // same values, views and history.
@@ -295,10 +301,7 @@ extension LitestreamTests {
             let writer = db.newConnection(name: "writer")
             try Self.writeNotes(writer, 0..<5)
             let litestream = try ChildProcess(tool, ["replicate", path, "file://" + replica])
-            defer {
-                _ = Foundation.kill(litestream.processID, SIGTERM)
-                _ = litestream.finish()
-            }
+            defer { Self.stop(litestream) }
             let probe = directory.appendingPathComponent("probe.sqlite").path
             try Self.waitFor("the first commits in the replica") {
                 // Until Litestream's first sync the replica is empty and restoring fails.
@@ -313,8 +316,7 @@ extension LitestreamTests {
                 return try Self.counter(probe) == db.latestCommit
             }
             let saved = try writer.read { try $0.position() }
-            _ = Foundation.kill(litestream.processID, SIGTERM)
-            _ = litestream.finish()
+            Self.stop(litestream)
 
             let out = directory.appendingPathComponent("out.sqlite").path
             let missing = try ChildProcess.run(

@@ -47,51 +47,43 @@ struct ViewBulkTests {
                     ViewTests.apply(rowChanges, to: rows) == now, "\(what): the row changes do not replay")
                 rows = now
             }
+            /// Sets a random note under each of `indexes`, and expects it unless `rolledBack`.
+            func set<Indexes: Sequence<Int>>(
+                _ indexes: Indexes, in txn: ReadWriteTransaction, rolledBack: Bool = false
+            )
+                throws
+            {
+                for index in indexes {
+                    let note = Self.note(&random)
+                    if !rolledBack { notes["n\(index)"] = note }
+                    try txn.set(note, forKey: "n\(index)", inCollection: "notes")
+                }
+            }
+            func remove<Indexes: Sequence<Int>>(_ indexes: Indexes, in txn: ReadWriteTransaction) throws {
+                for index in indexes {
+                    notes["n\(index)"] = nil
+                    try txn.removeValue(forKey: "n\(index)", inCollection: "notes")
+                }
+            }
 
             // 1,000 new items into empty groups: each group is built from the sorted items.
             try writer.readWrite { txn in
-                for index in 0..<1_000 {
-                    let note = Self.note(&random)
-                    notes["n\(index)"] = note
-                    try txn.set(note, forKey: "n\(index)", inCollection: "notes")
-                }
+                try set(0..<1_000, in: txn)
             }
             try check("a bulk load into an empty view")
 
             // 300 more (a merge into groups of about 300 each), beside updates and removals of
             // items already there, items set twice, and items added then removed.
             try writer.readWrite { txn in
-                for index in 1_000..<1_300 {
-                    let note = Self.note(&random)
-                    notes["n\(index)"] = note
-                    try txn.set(note, forKey: "n\(index)", inCollection: "notes")
-                }
-                for index in stride(from: 0, to: 200, by: 7) {
-                    let note = Self.note(&random)
-                    notes["n\(index)"] = note
-                    try txn.set(note, forKey: "n\(index)", inCollection: "notes")
-                }
-                for index in stride(from: 3, to: 200, by: 11) {
-                    notes["n\(index)"] = nil
-                    try txn.removeValue(forKey: "n\(index)", inCollection: "notes")
-                }
-                for index in 1_000..<1_020 {
-                    let note = Self.note(&random)
-                    notes["n\(index)"] = note
-                    try txn.set(note, forKey: "n\(index)", inCollection: "notes")
-                }
-                for index in 1_020..<1_030 {
-                    notes["n\(index)"] = nil
-                    try txn.removeValue(forKey: "n\(index)", inCollection: "notes")
-                }
+                try set(1_000..<1_300, in: txn)
+                try set(stride(from: 0, to: 200, by: 7), in: txn)
+                try remove(stride(from: 3, to: 200, by: 11), in: txn)
+                try set(1_000..<1_020, in: txn)
+                try remove(1_020..<1_030, in: txn)
                 // Read inside the transaction: the waiting items are placed first.
                 let view = try txn.view(named: "byTitle")
                 #expect(ViewTests.rows(view) == Self.expected(notes))
-                for index in 1_300..<1_400 {
-                    let note = Self.note(&random)
-                    notes["n\(index)"] = note
-                    try txn.set(note, forKey: "n\(index)", inCollection: "notes")
-                }
+                try set(1_300..<1_400, in: txn)
             }
             try check("a bulk merge with updates and removals")
 
@@ -99,28 +91,18 @@ struct ViewBulkTests {
             // that is kept stay.
             try writer.readWrite { txn in
                 try txn.savepoint { txn in
-                    for index in 2_000..<2_200 {
-                        try txn.set(Self.note(&random), forKey: "n\(index)", inCollection: "notes")
-                    }
+                    try set(2_000..<2_200, in: txn, rolledBack: true)
                     txn.rollback()
                 }
                 try txn.savepoint { txn in
-                    for index in 3_000..<3_200 {
-                        let note = Self.note(&random)
-                        notes["n\(index)"] = note
-                        try txn.set(note, forKey: "n\(index)", inCollection: "notes")
-                    }
+                    try set(3_000..<3_200, in: txn)
                 }
             }
             try check("savepoints")
 
             // A few new items: placed one by one.
             try writer.readWrite { txn in
-                for index in 4_000..<4_010 {
-                    let note = Self.note(&random)
-                    notes["n\(index)"] = note
-                    try txn.set(note, forKey: "n\(index)", inCollection: "notes")
-                }
+                try set(4_000..<4_010, in: txn)
             }
             try check("a few inserts")
 
@@ -129,9 +111,7 @@ struct ViewBulkTests {
             let stale = expectError(.misuse) {
                 try writer.readWrite { txn in
                     let before = try txn.view(named: "byTitle")
-                    for index in 5_000..<5_200 {
-                        try txn.set(Self.note(&random), forKey: "n\(index)", inCollection: "notes")
-                    }
+                    try set(5_000..<5_200, in: txn, rolledBack: true)
                     _ = before.item(at: 0, inGroup: "inbox")
                 }
             }

@@ -13,7 +13,7 @@ internal import struct Synchronization.Atomic
 /// builds), `ExtensionWriters`, `SQLiteHandle`, this log, and the ``Checkpointer``, which hears
 /// of it once (values such as `Changeset` and the history's encoding aside). A commit crosses
 /// the log once: the ``Writer`` registers its changeset before
-/// its SQLite `COMMIT` (``registerPending(_:token:)``), then publishes it
+/// its SQLite `COMMIT` (``prepare(_:from:on:)``), then publishes it
 /// (``publish(through:loaded:)``), which appends it and hands it to every subscriber under the
 /// same lock, so a subscriber added before a bookmark misses no commit after it. Readers take
 /// changesets from here to move their value caches (``changesets(after:through:)``).
@@ -107,7 +107,7 @@ final class CommitLog: Sendable {
     }
 
     /// Records a local commit about to be made (see ``prepare(_:from:on:)``).
-    func registerPending(_ changeset: Changeset, token: UInt64) {
+    private func registerPending(_ changeset: Changeset, token: UInt64) {
         state.withLock { state in
             state.pending = changeset
             state.pendingToken = token

@@ -6,8 +6,8 @@ extension Checkpointer {
     /// At open: a WAL left behind by an earlier run (or by another process) is checkpointed and
     /// truncated when nothing pins it, and its size is logged. A database SQLite opened
     /// read-only keeps its WAL as it is, without a checkpoint that could only fail. A read
-    /// replica (`hasWAL` false) has no WAL of its own: nothing is looked for.
-    func checkpointAtOpen(readOnly: Bool = false, hasWAL: Bool = true) {
+    /// replica (``hasWAL`` false) has no WAL of its own: nothing is looked for.
+    func checkpointAtOpen(readOnly: Bool = false) {
         let latest = database?.database?.latestCommit ?? 0
         let fileBytes = hasWAL ? Self.fileSize(path + "-wal") : 0
         var frames = 0

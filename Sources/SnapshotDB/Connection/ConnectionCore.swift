@@ -247,10 +247,7 @@ final class ConnectionCore: @unchecked Sendable {
         }
         // Some reads record an error and return an empty answer (a view's `items(inGroup:)`):
         // a read SQLite stopped must not return as if it had finished.
-        if interruption.reason != .none {
-            throw interruption.explain(
-                DatabaseError(.interrupted, "interrupted"), connection: name)
-        }
+        if let stopped = interruption.stopped(connection: name) { throw stopped }
         return result
     }
 

@@ -61,7 +61,15 @@ final class ReadInterruption: Sendable {
     /// typed `interrupted` that names the limit when this interruption stopped SQLite, else
     /// `error` itself.
     func explain(_ error: any Error, connection: String) -> any Error {
-        guard (error as? DatabaseError)?.code == .interrupted else { return error }
+        guard let interrupted = error as? DatabaseError, interrupted.code == .interrupted else {
+            return error
+        }
+        return stopped(connection: connection, cause: interrupted) ?? error
+    }
+
+    /// The error of a read this interruption stopped (`CancellationError`, or `interrupted`
+    /// naming the limit), or `nil` when it stopped nothing.
+    func stopped(connection: String, cause: DatabaseError? = nil) -> (any Error)? {
         switch reason {
         case .cancelled:
             return CancellationError()
@@ -71,9 +79,9 @@ final class ReadInterruption: Sendable {
                 .interrupted,
                 "a read on connection '\(connection)' ran past its time limit of \(limit), and SQLite stopped it; "
                     + "the connection and its bookmark are unharmed",
-                sqliteCode: (error as? DatabaseError)?.sqliteCode, cause: error)
+                sqliteCode: cause?.sqliteCode, cause: cause)
         case .none:
-            return error
+            return nil
         }
     }
 }

@@ -119,12 +119,7 @@ extension Database {
                 "the replica \(key) is not a SnapshotDB database (application_id \(applicationID))")
         }
         let version = try setup.int64("PRAGMA user_version") ?? 0
-        if version > Schema.currentVersion {
-            throw DatabaseError(
-                .schemaTooNew,
-                "the replica \(key) has SnapshotDB schema version \(version); this library reads up to \(Schema.currentVersion)"
-            )
-        }
+        try Schema.checkNotTooNew(version, path: "the replica \(key)")
         if version < Schema.currentVersion {
             throw DatabaseError(
                 .readOnly,

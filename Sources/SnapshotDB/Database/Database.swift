@@ -227,7 +227,7 @@ public final class Database: Sendable {
             replicator: opened.checkpointing.replicator, hasWAL: replica == nil)
         if opened.recognizedLitestream { checkpointer.announceLitestream() }
         checkpointer.database = WeakDatabase(self)
-        checkpointer.checkpointAtOpen(readOnly: opened.isReadOnly, hasWAL: checkpointer.hasWAL)
+        checkpointer.checkpointAtOpen(readOnly: opened.isReadOnly)
         OpenFiles.attach(path, self)
     }
 

@@ -175,12 +175,7 @@ enum Schema {
         switch applicationID {
         case Schema.applicationID:
             try checkFormat(of: path, header: header)
-            if version > currentVersion {
-                throw DatabaseError(
-                    .schemaTooNew,
-                    "\(path) has SnapshotDB schema version \(version); this library reads up to \(currentVersion)"
-                )
-            }
+            try checkNotTooNew(version, path: path)
             return .snapshotDB(version: version)
         case 0 where header[18] == 1 && header[19] == 1:
             try checkFormat(of: path, header: header)
@@ -209,12 +204,7 @@ enum Schema {
             throw DatabaseError(.notADatabase, "\(path) is a SQLite database of another application")
         }
         let version = try handle.int64("PRAGMA user_version") ?? 0
-        if version > currentVersion {
-            throw DatabaseError(
-                .schemaTooNew,
-                "\(path) has SnapshotDB schema version \(version); this library reads up to \(currentVersion)"
-            )
-        }
+        try checkNotTooNew(version, path: path)
         try checkIntact(handle, path: path, version: version)
         // Migrations write, so they run only once the checks proved the file readable.
         var migrated = version
@@ -240,6 +230,15 @@ enum Schema {
             throw DatabaseError(
                 .sqlite, "\(path) could not be switched to WAL mode (got \(mode ?? "nothing"))")
         }
+    }
+
+    /// Throws `schemaTooNew` for a file (`path`, as a message names it) of a schema `version`
+    /// newer than this library reads.
+    static func checkNotTooNew(_ version: Int64, path: String) throws(DatabaseError) {
+        guard version > currentVersion else { return }
+        throw DatabaseError(
+            .schemaTooNew,
+            "\(path) has SnapshotDB schema version \(version); this library reads up to \(currentVersion)")
     }
 
     /// The tables, triggers and metadata rows every transaction relies on, by type, in a file of

@@ -81,6 +81,7 @@ final class Writer: Sendable {
             // while the transaction still reads.
             if !transaction.isRollbackRequested { try transaction.extensionWriters.flush() }
             transaction.end()
+            // And what the flush itself may have recorded.
             if let error = connection.transactionEndedBySQLite() ?? transaction.failure { throw error }
         } catch {
             transaction.end()

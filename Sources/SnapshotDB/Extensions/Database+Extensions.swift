@@ -19,36 +19,7 @@ extension Database {
     ///   that is not registered (a search-results view's full-text index); `invalidQuery` for a
     ///   search-results view whose query is not valid FTS5; and what a write transaction throws.
     public func register(_ extension: any DatabaseExtension) throws(DatabaseError) {
-        guard let definition = `extension` as? any ExtensionDefinition else {
-            throw DatabaseError(
-                .misuse, "\(type(of: `extension`)) is not an extension SnapshotDB knows how to keep")
-        }
-        try Self.checkExtensionName(definition.name)
-        for dependency in definition.dependencies where extensionDefinition(named: dependency) == nil {
-            throw DatabaseError(
-                .unknownExtension,
-                "extension '\(definition.name)' reads extension '\(dependency)', which is not registered; register it first"
-            )
-        }
-        let connection = newConnection(name: "snapshotdb.extensions")
-        if isReplica {
-            try adoptOnReplica(definition, connection: connection)
-            return
-        }
-        // A registration that fails rolls back, tables and catalog: what was registered under
-        // the name before (or nothing) must be again, or every later write would run a writer
-        // for tables that do not exist.
-        let previous = extensionDefinition(named: definition.name)
-        do {
-            try connection.readWrite { transaction in try transaction.install(definition) }
-        } catch let error as DatabaseError {
-            setExtension(previous, named: definition.name)
-            throw error
-        } catch {
-            setExtension(previous, named: definition.name)
-            throw DatabaseError(
-                .sqlite, "registering extension '\(definition.name)' failed: \(error)", cause: error)
-        }
+        try register([`extension`])
     }
 
     /// On a read replica, which cannot build: takes up the extension the primary built, of the
@@ -98,34 +69,43 @@ extension Database {
             }
             definitions.append(definition)
         }
-        // Those a definition reads come first; a dependency on nothing registered or listed is
-        // refused as `register(_:)` refuses it.
+        for definition in definitions {
+            for dependency in definition.dependencies
+            where extensionDefinition(named: dependency) == nil
+                && !definitions.contains(where: { $0.name == dependency })
+            {
+                throw DatabaseError(
+                    .unknownExtension,
+                    "extension '\(definition.name)' reads extension '\(dependency)', which is not registered; register it first"
+                )
+            }
+        }
+        // Each after those of the list it reads.
         var ordered: [any ExtensionDefinition] = []
         var remaining = definitions
         while !remaining.isEmpty {
-            let names = Set(ordered.map(\.name))
             guard
                 let next = remaining.firstIndex(where: { definition in
                     definition.dependencies.allSatisfy { dependency in
-                        names.contains(dependency)
-                            || (!remaining.contains { $0.name == dependency }
-                                && extensionDefinition(named: dependency) != nil)
+                        !remaining.contains { $0.name == dependency }
                     }
                 })
             else {
-                let blocked = remaining[0]
                 throw DatabaseError(
-                    .unknownExtension,
-                    "extension '\(blocked.name)' reads an extension that is neither registered nor in this registration"
+                    .misuse,
+                    "the extensions '\(remaining.map(\.name).joined(separator: "', '"))' read each other in a circle"
                 )
             }
             ordered.append(remaining.remove(at: next))
         }
+        let connection = newConnection(name: "snapshotdb.extensions")
         if isReplica {
-            for definition in ordered { try register(definition) }
+            for definition in ordered { try adoptOnReplica(definition, connection: connection) }
             return
         }
-        let connection = newConnection(name: "snapshotdb.extensions")
+        // A registration that fails rolls back, tables and catalog: what was registered under
+        // each name before (or nothing) must be again, or every later write would run a writer
+        // for tables that do not exist.
         let previous = ordered.map { extensionDefinition(named: $0.name) }
         do {
             try connection.readWrite { transaction in try transaction.install(ordered) }
@@ -134,7 +114,8 @@ extension Database {
                 setExtension(before, named: definition.name)
             }
             if let error = error as? DatabaseError { throw error }
-            throw DatabaseError(.sqlite, "registering extensions failed: \(error)", cause: error)
+            let names = ordered.map(\.name).joined(separator: "', '")
+            throw DatabaseError(.sqlite, "registering extension '\(names)' failed: \(error)", cause: error)
         }
     }
 
@@ -204,16 +185,12 @@ extension Database {
 }
 
 extension ReadWriteTransaction {
-    /// Installs `definition` unless the file already has this kind and version of it: drops
-    /// the tables of any other, creates its own and fills them from the values, then records
-    /// it. The registry is updated here, under the writer lock, so that no transaction commits
-    /// values without the extension once it is installed.
-    func install(_ definition: any ExtensionDefinition) throws(DatabaseError) {
-        try install([definition])
-    }
-
-    /// Installs `definitions` (in order: an extension after those it reads) and builds the new
-    /// ones together, in one pass over the values (see ``ExtensionWriters/rebuildTogether(_:handle:)``).
+    /// Installs `definitions` (in order: an extension after those it reads), each unless the
+    /// file already has this kind and version of it: drops the tables of any other, creates its
+    /// own, records it, and builds the new ones together, in one pass over the values (see
+    /// ``ExtensionWriters/rebuildTogether(_:handle:)``). The registry is updated here, under the
+    /// writer lock, so that no transaction commits values without an extension once it is
+    /// installed.
     func install(_ definitions: [any ExtensionDefinition]) throws(DatabaseError) {
         let memo = definitions.count > 1 ? DecodeMemo() : nil
         var builds: [(definition: any ExtensionDefinition, context: ExtensionContext)] = []

@@ -104,7 +104,7 @@ final class ExtensionWriters {
     static func rebuildTogether(_ writers: [any ExtensionWriter], handle: SQLiteHandle) throws(DatabaseError)
     {
         let fed = writers.filter(\.feedsRebuild)
-        if fed.count > 1 {
+        if !fed.isEmpty {
             for writer in fed { try writer.beginRebuild() }
             let everything = fed.contains { $0.rebuildCollections == nil }
             let collections =
@@ -119,8 +119,6 @@ final class ExtensionWriters {
                 }
             }
             for writer in fed { try writer.endRebuild() }
-        } else {
-            for writer in fed { try writer.rebuild() }
         }
         for writer in writers where !writer.feedsRebuild { try writer.rebuild() }
     }

@@ -221,13 +221,7 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
     }
 
     func rebuild() throws(DatabaseError) {
-        try beginRebuild()
-        defer { rebuilding = false }
-        try context.forEachValue(inCollections: index.collections) {
-            (collection, key, data) throws(DatabaseError) in
-            try feedRebuild(collection, key, data)
-        }
-        try endRebuild()
+        try ExtensionWriters.rebuildTogether([self], handle: context.handle)
     }
 
     var feedsRebuild: Bool { true }

@@ -475,19 +475,16 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
     }
 
     func rebuild() throws(DatabaseError) {
+        guard let membership else {
+            try ExtensionWriters.rebuildTogether([self], handle: context.handle)
+            return
+        }
+        // Only the members' values are read and decoded.
         try beginRebuild()
-        if let membership {
-            // Only the members' values are read and decoded.
-            let read = try context.handle.statement(.getData)
-            for item in try membership.all() where collections?.contains(item.collection) ?? true {
-                guard let data = try read.fetchBlob(item.collection, item.key) else { continue }
-                try feedRebuild(item.collection, item.key, data)
-            }
-        } else {
-            try context.forEachValue(inCollections: collections) {
-                (collection, key, data) throws(DatabaseError) in
-                try feedRebuild(collection, key, data)
-            }
+        let read = try context.handle.statement(.getData)
+        for item in try membership.all() where collections?.contains(item.collection) ?? true {
+            guard let data = try read.fetchBlob(item.collection, item.key) else { continue }
+            try feedRebuild(item.collection, item.key, data)
         }
         try endRebuild()
     }
