@@ -85,7 +85,7 @@ struct HistoryTests {
         let parts = try #require(ProcessInfo.processInfo.environment[Self.childKey]).split(separator: "|")
         let (path, seed, commits) = (String(parts[0]), UInt64(parts[1])!, Int(parts[2])!)
         let db = try Database(path: path)
-        try db.register(ViewTests.byTitle)
+        try db.register([ViewTests.byTitle, Self.keyedByTitle])
         let writer = db.newConnection(name: "child-writer")
         for (step, writes) in Self.plan(seed: seed, commits: commits).enumerated() {
             try writer.readWrite { txn in
@@ -129,7 +129,7 @@ struct HistoryTests {
     @Test(arguments: [11, 12] as [UInt64])
     func commitsOfAnotherProcessArriveExactlyAndWakeTheReader(seed: UInt64) async throws {
         try await withTemporaryDatabase { db in
-            try db.register(ViewTests.byTitle)
+            try db.register([ViewTests.byTitle, Self.keyedByTitle])
             let writer = db.newConnection(name: "writer")
             try await writer.readWrite { txn in
                 for index in 0..<12 {
@@ -142,6 +142,8 @@ struct HistoryTests {
             let ui = db.newConnection(name: "ui")
             try ui.beginLongLivedReadTransaction()
             let oldRows = try await ui.read { txn in ViewTests.rows(try txn.view(named: "byTitle")) }
+            let oldKeyedRows = try await ui.read { txn in ViewTests.rows(try txn.view(named: "keyedByTitle"))
+            }
             try await ui.read { txn in
                 _ = try txn.value(forKey: "stay", inCollection: "other", as: Item.self)
                 _ = try txn.value(forKey: "n0", inCollection: "notes", as: Note.self)
@@ -182,9 +184,21 @@ struct HistoryTests {
                 let rowChanges = try view.changes(for: changes)
                 #expect(ViewTests.apply(rowChanges, to: oldRows) == ViewTests.rows(view))
                 #expect(ViewTests.rows(view) == (try ViewTests.expectedRows(txn)))
+                // A keyed view's row changes come from the sort keys the child's history holds.
+                let keyed = try txn.view(named: "keyedByTitle")
+                #expect(
+                    ViewTests.apply(try keyed.changes(for: changes), to: oldKeyedRows)
+                        == ViewTests.rows(keyed))
+                #expect(ViewTests.rows(keyed) == ViewTests.rows(view))
             }
         }
     }
+
+    /// `byTitle` by sort key, under its own name, beside `byTitle` in one file.
+    static let keyedByTitle = View<Note>(
+        name: "keyedByTitle", version: "1", collections: ["notes"],
+        group: { _, _, note in note.archived ? nil : note.folder },
+        sortKey: { _, _, note in SortKey(note.title) })
 
     /// After a restart, `changes(after:)` lists every commit since a saved position, with the
     /// keys, info and connection names of the commits, in the transaction's snapshot.

@@ -27,9 +27,11 @@ struct ViewBulkTests {
             archived: Int.random(in: 0..<10, using: &random) == 0)
     }
 
-    @Test func bulkWritesGiveTheViewAndTheRowChangesOfOneByOneInserts() throws {
+    @Test(arguments: [false, true]) func bulkWritesGiveTheViewAndTheRowChangesOfOneByOneInserts(keyed: Bool)
+        throws
+    {
         try withTemporaryDatabase { db throws in
-            try db.register(ViewTests.byTitle)
+            try db.register(ViewTests.byTitle(keyed: keyed))
             let writer = db.newConnection(name: "writer")
             let ui = db.newConnection(name: "ui")
             try ui.beginLongLivedReadTransaction()
@@ -121,7 +123,7 @@ struct ViewBulkTests {
             // The pages on disk give the same view to a database opened afresh.
             try db.close()
             let reopened = try Database(path: db.path)
-            try reopened.register(ViewTests.byTitle)
+            try reopened.register(ViewTests.byTitle(keyed: keyed))
             let rowsAfterReopen = try reopened.newConnection(name: "r").read {
                 ViewTests.rows(try $0.view(named: "byTitle"))
             }

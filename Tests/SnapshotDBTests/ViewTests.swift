@@ -29,6 +29,16 @@ struct ViewTests {
         group: { _, _, note in note.archived ? nil : note.folder },
         areInIncreasingOrder: { $0.title < $1.title })
 
+    /// The same view ordered by a sort key: the same rows (the titles are ASCII, where `String`'s
+    /// `<` and the key's byte order agree).
+    static let byTitleKeyed = View<Note>(
+        name: "byTitle", version: "1", collections: ["notes"],
+        group: { _, _, note in note.archived ? nil : note.folder },
+        sortKey: { _, _, note in SortKey(note.title) })
+
+    /// `byTitle` ordered by its closure, or by its sort key when `keyed`.
+    static func byTitle(keyed: Bool) -> View<Note> { keyed ? byTitleKeyed : byTitle }
+
     /// What the view must hold: the values at the transaction's snapshot, grouped and sorted by
     /// brute force.
     static func expectedRows(_ txn: ReadTransaction) throws -> [String: [ViewItem]] {
@@ -213,10 +223,12 @@ struct ViewTests {
     /// collections; two bookmarks that advance now and then. After every advance the view equals
     /// a brute-force sort of the values at that snapshot, and its row changes applied to the
     /// rows before give the rows after.
-    @Test(arguments: [1, 2, 3, 4]) func rowChangesRebuildTheNewRows(seed: UInt64) throws {
+    @Test(arguments: [1, 2, 3, 4], [false, true]) func rowChangesRebuildTheNewRows(seed: UInt64, keyed: Bool)
+        throws
+    {
         var random = SeededGenerator(state: seed)
         try withTemporaryDatabase { db throws in
-            try db.register(Self.byTitle)
+            try db.register(Self.byTitle(keyed: keyed))
             let writers = [db.newConnection(name: "w1"), db.newConnection(name: "w2")]
             let readers = [db.newConnection(name: "r1"), db.newConnection(name: "r2")]
             var previous: [[String: [ViewItem]]] = []
@@ -278,9 +290,12 @@ struct ViewTests {
 /// filtered again, in a commit of its own, when registered with a new version.
 @Suite("Filtered views")
 struct FilteredViewTests {
-    @Test func aFilteredViewFollowsItsParentAndItsFilterCanChange() throws {
+    @Test(arguments: [false, true]) func aFilteredViewFollowsItsParentAndItsFilterCanChange(keyed: Bool)
+        throws
+    {
         try withTemporaryDatabase { db throws in
-            let short = FilteredView(name: "short", parent: ViewTests.byTitle, version: "1") { _, _, note in
+            let short = FilteredView(name: "short", parent: ViewTests.byTitle(keyed: keyed), version: "1") {
+                _, _, note in
                 note.title.count <= 2
             }
             try db.register(short)
@@ -307,7 +322,8 @@ struct FilteredViewTests {
                     .insert(ViewItem(collection: "notes", key: "b"), at: ViewIndex(group: "inbox", index: 1))
                 ])
             // A new filter: every title longer than one character.
-            let longer = FilteredView(name: "short", parent: ViewTests.byTitle, version: "2") { _, _, note in
+            let longer = FilteredView(name: "short", parent: ViewTests.byTitle(keyed: keyed), version: "2") {
+                _, _, note in
                 note.title.count > 1
             }
             try db.register(longer)
@@ -325,10 +341,14 @@ struct FilteredViewTests {
 /// from the layout's counts.
 @Suite("Views with many pages")
 struct DeepViewTests {
-    @Test(arguments: [21, 22]) func aDeepViewStaysSortedAndItsRowChangesHold(seed: UInt64) throws {
+    @Test(arguments: [21, 22], [false, true]) func aDeepViewStaysSortedAndItsRowChangesHold(
+        seed: UInt64, keyed: Bool
+    )
+        throws
+    {
         var random = SeededGenerator(state: seed)
         try withTemporaryDatabase { db throws in
-            try db.register(ViewTests.byTitle)
+            try db.register(ViewTests.byTitle(keyed: keyed))
             let writer = db.newConnection(name: "writer")
             let ui = db.newConnection(name: "ui")
             try ui.beginLongLivedReadTransaction()
@@ -385,10 +405,12 @@ struct DeepViewTests {
     /// The writer holds changed pages back until the end of the transaction: a savepoint that
     /// rolls back, a view read inside the transaction, and the commit must all see exactly the
     /// writes that stand (about 2,000 items, so moves cross pages).
-    @Test func heldBackPagesMeetSavepointsAndReadsInsideTheTransaction() throws {
+    @Test(arguments: [false, true]) func heldBackPagesMeetSavepointsAndReadsInsideTheTransaction(keyed: Bool)
+        throws
+    {
         var random = SeededGenerator(state: 7)
         try withTemporaryDatabase { db throws in
-            try db.register(ViewTests.byTitle)
+            try db.register(ViewTests.byTitle(keyed: keyed))
             let writer = db.newConnection(name: "writer")
             func note() -> Note {
                 Note(

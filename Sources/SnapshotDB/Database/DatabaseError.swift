@@ -112,6 +112,11 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         /// (another process registered its own since). The message names both versions and the
         /// other process; every process that writes must register the same version.
         public static let extensionConflict = Code("extensionConflict")
+        /// An extension registered under the version the file holds computes something other
+        /// than what the file holds: a view's grouping or sort key changed and its version did
+        /// not. Registering checks a sample of stored items (not every one); give the extension
+        /// a new version to rebuild it.
+        public static let extensionChanged = Code("extensionChanged")
         /// Any other SQLite error; ``DatabaseError/sqliteCode`` holds SQLite's result code.
         public static let sqlite = Code("sqlite")
 

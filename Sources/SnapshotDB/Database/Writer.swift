@@ -75,8 +75,13 @@ final class Writer: Sendable {
         do {
             result = try body(transaction)
             // SQLite may have ended the transaction after an error `body` caught: nothing more is
-            // written then (it would commit on its own, outside any transaction).
-            if let error = connection.transactionEndedBySQLite() ?? transaction.failure { throw error }
+            // written then (it would commit on its own, outside any transaction). A view's
+            // non-throwing read may have recorded an error no throwing call met since.
+            if let error = connection.transactionEndedBySQLite() ?? transaction.takeRecordedFailure()
+                ?? transaction.failure
+            {
+                throw error
+            }
             // Extension writers place what they hold back (a view's new items, placed together)
             // while the transaction still reads.
             if !transaction.isRollbackRequested { try transaction.extensionWriters.flush() }

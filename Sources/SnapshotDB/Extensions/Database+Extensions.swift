@@ -217,6 +217,10 @@ extension ReadWriteTransaction {
         if let installed, installed.kind == definition.kind,
             installed.version == definition.storedVersion, !isStale
         {
+            if let view = definition as? any ViewDefinition {
+                let context = try core.extensionContext(named: definition.name, transaction: self)
+                try view.ranking(context).checkStored(version: definition.version)
+            }
             core.database.setExtension(definition, named: definition.name)
             extensionWriters.excluded.remove(definition.name)
             return nil

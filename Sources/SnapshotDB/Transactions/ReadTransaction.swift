@@ -20,9 +20,16 @@ public class ReadTransaction {
     /// throwing call, so that it is never lost.
     private var failure: DatabaseError?
 
-    /// Keeps `error` for the transaction's next throwing call.
+    /// Keeps `error` for the transaction's next throwing call (or the end of its closure).
     func recordFailure(_ error: DatabaseError) {
         if failure == nil { failure = error }
+    }
+
+    /// The error a non-throwing read recorded that no throwing call has thrown yet, taken: the
+    /// transaction's closure returned, and the call that ran it throws it.
+    func takeRecordedFailure() -> DatabaseError? {
+        defer { failure = nil }
+        return failure
     }
 
     init(core: ConnectionCore, commit: UInt64) {

@@ -1,44 +1,57 @@
 internal import Foundation
 
 /// The items of one page in their stored form: an item count, then each item's collection and
-/// key, each a length (8 bytes, little-endian) and UTF-8 bytes.
+/// key, each a length (8 bytes, little-endian) and UTF-8 bytes; in a keyed view (one ordered by
+/// ``SortKey``) each item's sort key follows, a length and its bytes.
 ///
 /// The writer changes a page one item at a time, so a page is kept as those bytes, with the
 /// offset of each item: inserting or removing an item moves bytes instead of decoding and
 /// encoding the page's strings (which cost most of a one-row move), reading a page copies one
-/// blob, and finding an item compares bytes. Items are decoded only when asked for.
+/// blob, and finding an item compares bytes. Items are decoded only when asked for, and a keyed
+/// view compares an item's sort key where it lies in the page, without copying it.
 struct PageItems: Equatable {
     private(set) var bytes: [UInt8]
     /// Where each item starts in `bytes`; an item ends where the next starts (the last at the end).
     private var offsets: [Int]
+    /// Whether each item carries its sort key.
+    let keyed: Bool
 
     var count: Int { offsets.count }
     var isEmpty: Bool { offsets.isEmpty }
 
-    init(_ items: [ViewItem]) {
+    /// A page of `items`, with their sort keys `keys` in a keyed view (`nil` otherwise).
+    init(_ items: [ViewItem], keys: [[UInt8]]? = nil) {
+        precondition(keys == nil || keys!.count == items.count, "one sort key per item")
+        keyed = keys != nil
         bytes = [UInt8](repeating: 0, count: 8)
         offsets = []
         offsets.reserveCapacity(items.count)
-        for item in items {
+        for (index, item) in items.enumerated() {
             offsets.append(bytes.count)
-            Self.append(item, to: &bytes)
+            Self.append(item, key: keys?[index], to: &bytes)
         }
         storeCount()
     }
 
-    /// The page of `bytes`, or `nil` when they are not a page.
-    init?(bytes: [UInt8]) {
-        guard let offsets = bytes.withUnsafeBytes({ Self.offsets(in: $0) }) else { return nil }
+    /// The page of `bytes`, or `nil` when they are not a page (of a keyed view when `keyed`).
+    init?(bytes: [UInt8], keyed: Bool) {
+        guard let offsets = bytes.withUnsafeBytes({ Self.offsets(in: $0, keyed: keyed) }) else { return nil }
         self.bytes = bytes
         self.offsets = offsets
+        self.keyed = keyed
     }
 
-    /// The item count and first item of a stored page, without reading the rest.
-    static func header(_ buffer: UnsafeRawBufferPointer) -> (count: Int, first: ViewItem)? {
+    /// The item count, first item and (in a keyed view) first sort key of a stored page, without
+    /// reading the rest.
+    static func header(_ buffer: UnsafeRawBufferPointer, keyed: Bool) -> (
+        count: Int, first: ViewItem, firstKey: [UInt8]?
+    )? {
         guard let count = int(buffer, at: 0), count > 0, count <= buffer.count,
-            let (first, _) = item(buffer, at: 8)
+            let (first, next) = item(buffer, at: 8)
         else { return nil }
-        return (count, first)
+        guard keyed else { return (count, first, nil) }
+        guard let (key, _) = field(buffer, at: next) else { return nil }
+        return (count, first, Array(key))
     }
 
     subscript(index: Int) -> ViewItem {
@@ -49,13 +62,39 @@ struct PageItems: Equatable {
 
     var all: [ViewItem] { (0..<count).map { self[$0] } }
 
+    /// The sort key of the item at `index` (keyed views only).
+    func sortKey(at index: Int) -> [UInt8] {
+        bytes.withUnsafeBytes { buffer in Array(Self.field(buffer, at: keyOffset(index, buffer))!.bytes) }
+    }
+
+    /// Every item's sort key, in order (keyed views only).
+    var allSortKeys: [[UInt8]] { (0..<count).map(sortKey(at:)) }
+
+    /// `memcmp` order of the sort key of the item at `index` against `key`: negative, zero or
+    /// positive (keyed views only). Reads the key where it lies.
+    func compareSortKey(at index: Int, with key: [UInt8]) -> Int {
+        bytes.withUnsafeBytes { buffer in
+            let stored = Self.field(buffer, at: keyOffset(index, buffer))!.bytes
+            return key.withUnsafeBytes { wanted in SortKey.compare(stored, wanted) }
+        }
+    }
+
+    /// Where the sort key of the item at `index` starts.
+    private func keyOffset(_ index: Int, _ buffer: UnsafeRawBufferPointer) -> Int {
+        precondition(keyed, "a sort key asked of a page of a view without keys")
+        return Self.item(buffer, at: offsets[index])!.next
+    }
+
     func firstIndex(of item: ViewItem) -> Int? {
         var encoded: [UInt8] = []
-        Self.append(item, to: &encoded)
+        Self.append(item, key: nil, to: &encoded)
         return bytes.withUnsafeBytes { buffer -> Int? in
             encoded.withUnsafeBytes { wanted -> Int? in
-                for index in 0..<offsets.count where end(of: index) - offsets[index] == wanted.count {
-                    if memcmp(buffer.baseAddress! + offsets[index], wanted.baseAddress!, wanted.count) == 0 {
+                for index in 0..<offsets.count {
+                    let start = offsets[index]
+                    let size = keyed ? Self.itemSize(buffer, at: start) : end(of: index) - start
+                    guard size == wanted.count else { continue }
+                    if memcmp(buffer.baseAddress! + start, wanted.baseAddress!, wanted.count) == 0 {
                         return index
                     }
                 }
@@ -64,9 +103,11 @@ struct PageItems: Equatable {
         }
     }
 
-    mutating func insert(_ item: ViewItem, at index: Int) {
+    /// Inserts `item` (with its sort key `key` in a keyed view) at `index`.
+    mutating func insert(_ item: ViewItem, key: [UInt8]?, at index: Int) {
+        precondition((key != nil) == keyed, "a sort key for every item of a keyed view, and only there")
         var encoded: [UInt8] = []
-        Self.append(item, to: &encoded)
+        Self.append(item, key: key, to: &encoded)
         let at = index < offsets.count ? offsets[index] : bytes.count
         bytes.insert(contentsOf: encoded, at: at)
         offsets.insert(at, at: index)
@@ -83,10 +124,19 @@ struct PageItems: Equatable {
         storeCount()
     }
 
+    /// Gives the item at `index` the sort key `key`; returns whether it changed.
+    mutating func setSortKey(_ key: [UInt8], at index: Int) -> Bool {
+        guard compareSortKey(at: index, with: key) != 0 else { return false }
+        let item = self[index]
+        remove(at: index)
+        insert(item, key: key, at: index)
+        return true
+    }
+
     /// Moves the items from `index` on into a page of their own, which it returns.
     mutating func split(at index: Int) -> PageItems {
         let cut = offsets[index]
-        var right = PageItems([])
+        var right = PageItems([], keys: keyed ? [] : nil)
         right.bytes += bytes[cut...]
         right.offsets = offsets[index...].map { $0 - cut + 8 }
         right.storeCount()
@@ -105,11 +155,15 @@ struct PageItems: Equatable {
         }
     }
 
-    private static func append(_ item: ViewItem, to bytes: inout [UInt8]) {
+    private static func append(_ item: ViewItem, key: [UInt8]?, to bytes: inout [UInt8]) {
         for string in [item.collection, item.key] {
             let utf8 = string.utf8
             withUnsafeBytes(of: Int64(utf8.count).littleEndian) { bytes += $0 }
             bytes += utf8
+        }
+        if let key {
+            withUnsafeBytes(of: Int64(key.count).littleEndian) { bytes += $0 }
+            bytes += key
         }
     }
 
@@ -119,36 +173,46 @@ struct PageItems: Equatable {
         return value >= 0 && value <= Int64(buffer.count) ? Int(value) : nil
     }
 
-    private static func string(_ buffer: UnsafeRawBufferPointer, at offset: Int) -> (String, next: Int)? {
+    /// The length-prefixed bytes at `offset`, and where the next field starts.
+    private static func field(_ buffer: UnsafeRawBufferPointer, at offset: Int) -> (
+        bytes: UnsafeRawBufferPointer, next: Int
+    )? {
         guard let length = int(buffer, at: offset), offset + 8 + length <= buffer.count else { return nil }
         let start = offset + 8
-        return (
-            String(decoding: UnsafeRawBufferPointer(rebasing: buffer[start..<start + length]), as: UTF8.self),
-            start + length
-        )
+        return (UnsafeRawBufferPointer(rebasing: buffer[start..<start + length]), start + length)
     }
 
     private static func item(_ buffer: UnsafeRawBufferPointer, at offset: Int) -> (item: ViewItem, next: Int)?
     {
-        guard let (collection, middle) = string(buffer, at: offset),
-            let (key, next) = string(buffer, at: middle)
+        guard let (collection, middle) = field(buffer, at: offset),
+            let (key, next) = field(buffer, at: middle)
         else { return nil }
-        return (ViewItem(collection: collection, key: key), next)
+        return (
+            ViewItem(
+                collection: String(decoding: collection, as: UTF8.self),
+                key: String(decoding: key, as: UTF8.self)),
+            next
+        )
+    }
+
+    /// The size of the collection and key of the item at `offset` (without its sort key).
+    private static func itemSize(_ buffer: UnsafeRawBufferPointer, at offset: Int) -> Int {
+        let collection = int(buffer, at: offset)!
+        return 16 + collection + int(buffer, at: offset + 8 + collection)!
     }
 
     /// Where each item of a stored page starts, checking that the bytes are exactly a page.
-    private static func offsets(in buffer: UnsafeRawBufferPointer) -> [Int]? {
+    private static func offsets(in buffer: UnsafeRawBufferPointer, keyed: Bool) -> [Int]? {
         guard let count = int(buffer, at: 0) else { return nil }
         var offsets: [Int] = []
         offsets.reserveCapacity(count)
         var offset = 8
         for _ in 0..<count {
             offsets.append(offset)
-            guard let collection = int(buffer, at: offset), offset + 8 + collection <= buffer.count,
-                let key = int(buffer, at: offset + 8 + collection)
-            else { return nil }
-            offset += 16 + collection + key
-            guard offset <= buffer.count else { return nil }
+            for _ in 0..<(keyed ? 3 : 2) {
+                guard let (_, next) = field(buffer, at: offset) else { return nil }
+                offset = next
+            }
         }
         return offset == buffer.count ? offsets : nil
     }

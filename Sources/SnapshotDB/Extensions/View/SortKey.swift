@@ -7,9 +7,9 @@ public import Foundation
 /// SortKey(note.folder, .descending(note.modified), note.title)
 /// ```
 ///
-/// It is the building block of views ordered by key, which are not built yet: such a view will
-/// store each item's key beside it, so that inserting, moving and finding an item compare keys
-/// and never decode a value. Today the type and its encoding are public and tested on their own.
+/// A view declared with a sort key (``View/init(name:version:collections:group:sortKey:)``)
+/// stores each item's key beside it, in its pages: inserting, moving and finding an item
+/// compare keys and never decode a value.
 ///
 /// The encoding of each component (all big-endian, so that byte order is numeric order):
 ///
@@ -56,13 +56,16 @@ public struct SortKey: Sendable, Hashable, Comparable, CustomStringConvertible {
 
     /// `memcmp` order of two encoded keys: negative, zero or positive.
     static func compare(_ lhs: [UInt8], _ rhs: [UInt8]) -> Int {
+        lhs.withUnsafeBytes { left in rhs.withUnsafeBytes { right in compare(left, right) } }
+    }
+
+    /// `memcmp` order of two encoded keys where they lie: negative, zero or positive.
+    static func compare(_ lhs: UnsafeRawBufferPointer, _ rhs: UnsafeRawBufferPointer) -> Int {
         let common = min(lhs.count, rhs.count)
-        let result = lhs.withUnsafeBytes { left in
-            rhs.withUnsafeBytes { right in
-                common == 0 ? 0 : memcmp(left.baseAddress!, right.baseAddress!, common)
-            }
+        if common > 0 {
+            let result = memcmp(lhs.baseAddress!, rhs.baseAddress!, common)
+            if result != 0 { return Int(result) }
         }
-        if result != 0 { return Int(result) }
         return lhs.count - rhs.count
     }
 

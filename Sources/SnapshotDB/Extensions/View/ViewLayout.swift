@@ -7,7 +7,8 @@ internal import Foundation
 /// `firstValue` is the first item's value at the layout's commit, decoded, once the writer has
 /// compared with it: the searches then compare without reading or decoding it. The writer
 /// forgets it whenever the page's first item or that item's value changes, so a layout never
-/// holds a value of another commit; `nil` means "read it".
+/// holds a value of another commit; `nil` means "read it". In a keyed view it is the first
+/// item's ``SortKey``, always there: it is read with the page.
 ///
 /// The value sits in a box, so that copying an entry (every change of a page copies its
 /// chunk's entries) retains one reference instead of copying an existential through its
@@ -20,11 +21,12 @@ struct ViewPageEntry: Sendable {
     var first: ViewItem
     private var firstValueBox: FirstValueBox?
 
-    init(id: Int64, position: Int64, count: Int, first: ViewItem) {
+    init(id: Int64, position: Int64, count: Int, first: ViewItem, firstKey: [UInt8]? = nil) {
         self.id = id
         self.position = position
         self.count = count
         self.first = first
+        if let firstKey { firstValueBox = FirstValueBox(SortKey(bytes: firstKey)) }
     }
 
     var firstValue: (any Sendable)? {
@@ -43,12 +45,16 @@ struct ViewPageEntry: Sendable {
 
 /// How a binary search compares items with the key it places or ranks.
 struct ViewProbe {
-    /// Whether `item`, with its value as the transaction reads it now, sorts before the key.
-    let isBefore: (ViewItem) throws(DatabaseError) -> Bool
-    /// The same with the item's value given; `nil` when the value is not of the view's type.
+    /// Whether the item at an index of a page, with its value as the transaction reads it now
+    /// (or, in a keyed view, its sort key stored in the page), sorts before the key.
+    let isBefore: (PageItems, Int) throws(DatabaseError) -> Bool
+    /// Whether `item` sorts before the key, its value (or sort key) given; `nil` when the value
+    /// is not of the view's type.
     let isValueBefore: (ViewItem, any Sendable) -> Bool?
-    /// The value of `item` as the transaction reads it now.
+    /// The value of `item` as the transaction reads it now (what ``isValueBefore`` takes).
     let value: (ViewItem) throws(DatabaseError) -> any Sendable
+    /// The sort key to store with the item placed at the probe's key, in a keyed view.
+    let storedKey: [UInt8]?
 }
 
 /// One group's pages in view order, with their counts: the order-statistic part of a view,
@@ -185,8 +191,10 @@ struct ViewPageList: Sendable {
         }
         let value = try probe.value(entry.first)
         fills.append((slot, value))
-        if let answer = probe.isValueBefore(entry.first, value) { return answer }
-        return try probe.isBefore(entry.first)
+        guard let answer = probe.isValueBefore(entry.first, value) else {
+            throw DatabaseError(.corrupt, "a view compared \(entry.first) with a value of another type")
+        }
+        return answer
     }
 
     /// Keeps `values` as the first values of their pages (see ``ViewPageEntry/firstValue``).
@@ -272,18 +280,23 @@ struct ViewLayout: Sendable {
     /// The groups that hold items, sorted.
     var groupNames: [String] { groups.keys.sorted() }
 
-    /// The layout the page rows of `prefix` hold, read on `handle`.
-    static func load(handle: SQLiteHandle, prefix: String) throws(DatabaseError) -> ViewLayout {
+    /// The layout the page rows of `prefix` hold, read on `handle` (with each page's first sort
+    /// key when `keyed`).
+    static func load(handle: SQLiteHandle, prefix: String, keyed: Bool) throws(DatabaseError) -> ViewLayout {
         let select = try handle.cachedStatement("SELECT id, grp, position, data FROM \(prefix)page")
         defer { select.reset() }
         var byGroup: [String: [ViewPageEntry]] = [:]
         while try select.step() {
             let id = select.int64(at: 0)
-            guard let (count, first) = select.withBlob(at: 3, PageItems.header), count > 0 else {
+            guard
+                let (count, first, firstKey) = select.withBlob(at: 3, { PageItems.header($0, keyed: keyed) }),
+                count > 0
+            else {
                 throw ViewPages.damaged(prefix, "page \(id) cannot be read")
             }
             byGroup[select.string(at: 1), default: []].append(
-                ViewPageEntry(id: id, position: select.int64(at: 2), count: count, first: first))
+                ViewPageEntry(
+                    id: id, position: select.int64(at: 2), count: count, first: first, firstKey: firstKey))
         }
         var layout = ViewLayout()
         for (group, pages) in byGroup {
@@ -296,20 +309,20 @@ struct ViewLayout: Sendable {
     /// transaction that changed the view, else the connection's or the published one of that
     /// commit, else loaded from the page rows (and kept for the next reader of that commit).
     static func current(
-        name: String, context: ExtensionContext, transaction: ReadTransaction
+        name: String, context: ExtensionContext, transaction: ReadTransaction, keyed: Bool
     ) throws(DatabaseError) -> ViewLayout {
         if let write = transaction as? ReadWriteTransaction,
             let writer = write.extensionWriters.existingWriter(named: name) as? any ViewLayoutSource
         {
             return try writer.currentLayout()
         }
-        return try committed(name: name, context: context, transaction: transaction)
+        return try committed(name: name, context: context, transaction: transaction, keyed: keyed)
     }
 
     /// The layout of the view `name` as `transaction`'s commit left it (what a write
     /// transaction's writer starts from).
     static func committed(
-        name: String, context: ExtensionContext, transaction: ReadTransaction
+        name: String, context: ExtensionContext, transaction: ReadTransaction, keyed: Bool
     ) throws(DatabaseError) -> ViewLayout {
         let commit = transaction.commit
         let handle = context.handle
@@ -320,7 +333,7 @@ struct ViewLayout: Sendable {
         if let published = caches.published(name, at: commit) as? ViewLayoutBox {
             box = published
         } else {
-            box = ViewLayoutBox(try load(handle: handle, prefix: context.tablePrefix))
+            box = ViewLayoutBox(try load(handle: handle, prefix: context.tablePrefix, keyed: keyed))
             caches.offer(name, at: commit, box)
         }
         handleCache.viewLayouts[name] = (commit, box)

@@ -18,7 +18,9 @@ internal import Foundation
 /// number of rows a move writes is what a one-row commit into a view costs.
 ///
 /// Positions: inserting an item binary-searches the group's pages by their first items (in
-/// memory), then the page's items; each comparison decodes a value. `item(at:)` finds its page
+/// memory), then the page's items; each comparison decodes a value (kept decoded for the
+/// transaction), or in a keyed view compares the sort key stored beside the item in its page
+/// (and the page's first key, which the layout holds). `item(at:)` finds its page
 /// by counts in memory and reads one row; `index(ofKey:)` reads the map row and the page row,
 /// whose position the layout finds by binary search. Pages split when full and are removed when
 /// empty; they are not merged.
@@ -38,9 +40,12 @@ final class ViewPages {
     static let cacheLimit = 4_096
     /// The distance between the positions of consecutive pages when positions are handed out.
     static let positionStep: Int64 = 1 << 32
-    /// The format tag of every view's tables (see ``ExtensionDefinition/tableFormat``): t5,
+    /// The format tag of a view's tables (see ``ExtensionDefinition/tableFormat``): t5,
     /// pages of items with their counts in memory, no tree of rows.
     static let tableFormat = "t5"
+    /// The format tag of a keyed view's tables: t5's, with each item's sort key in its page
+    /// (``PageItems``).
+    static let keyedTableFormat = "t6"
 
     struct Page: Equatable {
         let id: Int64
@@ -49,12 +54,16 @@ final class ViewPages {
         var items: PageItems
 
         var entry: ViewPageEntry {
-            ViewPageEntry(id: id, position: position, count: items.count, first: items.first)
+            ViewPageEntry(
+                id: id, position: position, count: items.count, first: items.first,
+                firstKey: items.keyed ? items.sortKey(at: 0) : nil)
         }
     }
 
     let handle: SQLiteHandle
     let prefix: String
+    /// Whether the view is keyed: its pages hold each item's sort key.
+    let keyed: Bool
     /// Every group's pages, in step with the page rows (and ahead of them until ``flush()``).
     private(set) var layout: ViewLayout
     /// Pages read or written since the last ``discardCache()``, by id (write transactions only).
@@ -65,11 +74,13 @@ final class ViewPages {
     /// The map rows of a rebuild, written together (see ``writeBuiltMap()``).
     private var builtMap: [(item: ViewItem, group: String, page: Int64)] = []
 
-    /// A store over the tables named with `prefix` whose pages `layout` describes; `caching`
-    /// for a write transaction's writer (see the type's notes), not for readers.
-    init(handle: SQLiteHandle, prefix: String, layout: ViewLayout, caching: Bool = false) {
+    /// A store over the tables named with `prefix` whose pages `layout` describes (with sort
+    /// keys when `keyed`); `caching` for a write transaction's writer (see the type's notes),
+    /// not for readers.
+    init(handle: SQLiteHandle, prefix: String, keyed: Bool, layout: ViewLayout, caching: Bool = false) {
         self.handle = handle
         self.prefix = prefix
+        self.keyed = keyed
         self.layout = layout
         self.caches = caching
     }
@@ -129,7 +140,7 @@ final class ViewPages {
         defer { select.reset() }
         try select.bind(id, at: 1)
         guard try select.step() else { throw Self.damaged(prefix, "page \(id) is missing") }
-        guard let items = PageItems(bytes: select.bytes(at: 2)), !items.isEmpty else {
+        guard let items = PageItems(bytes: select.bytes(at: 2), keyed: keyed), !items.isEmpty else {
             throw Self.damaged(prefix, "page \(id) cannot be read")
         }
         let page = Page(id: id, group: select.string(at: 0), position: select.int64(at: 1), items: items)
@@ -270,6 +281,27 @@ final class ViewPages {
         return items
     }
 
+    /// Every item of `group` with its sort key, in order (keyed views).
+    func keyedItems(inGroup group: String) throws(DatabaseError) -> (items: [ViewItem], keys: [[UInt8]]) {
+        guard let list = layout.groups[group] else { return ([], []) }
+        var items: [ViewItem] = []
+        var keys: [[UInt8]] = []
+        items.reserveCapacity(list.count)
+        keys.reserveCapacity(list.count)
+        for entry in list.pages {
+            let page = try page(entry.id).items
+            items += page.all
+            keys += page.allSortKeys
+        }
+        return (items, keys)
+    }
+
+    /// The sort key stored with `item` in `page` (keyed views), or `nil` when it is not there.
+    func sortKey(of item: ViewItem, page id: Int64) throws(DatabaseError) -> [UInt8]? {
+        let items = try page(id).items
+        return items.firstIndex(of: item).map { items.sortKey(at: $0) }
+    }
+
     /// How many items of `group` sort before the key `probe` compares with: a binary search
     /// of the pages' first items, then of one page.
     func rank(inGroup group: String, probe: ViewProbe) throws(DatabaseError) -> Int {
@@ -277,7 +309,7 @@ final class ViewPages {
         let list = layout.groups[group]!
         let page = try self.page(list[slot].id)
         let inPage = try ViewPageList.lastIndex(in: page.items.count) { (i) throws(DatabaseError) in
-            try probe.isBefore(page.items[i])
+            try probe.isBefore(page.items, i)
         }
         return list.itemsBefore(slot) + (inPage.map { $0 + 1 } ?? 0)
     }
@@ -302,9 +334,19 @@ final class ViewPages {
     }
 
     /// `item`, in `page`, keeps its place with a new value: the page's entry forgets the old
-    /// value when `item` is its first.
-    func valueChanged(_ item: ViewItem, page id: Int64) throws(DatabaseError) {
-        let page = try self.page(id)
+    /// value when `item` is its first. In a keyed view the page stores the item's new sort key
+    /// (`key`), when it changed.
+    func valueChanged(_ item: ViewItem, page id: Int64, key: [UInt8]?) throws(DatabaseError) {
+        var page = try self.page(id)
+        if let key {
+            guard let index = page.items.firstIndex(of: item) else {
+                throw Self.damaged(prefix, "\(item) is not in its page \(id)")
+            }
+            guard page.items.setSortKey(key, at: index) else { return }
+            try save(page)
+            if index == 0 { updateEntry(try slot(of: page), of: page, changed: item) }
+            return
+        }
         guard page.items.first == item else { return }
         let slot = try self.slot(of: page)
         if layout.groups[page.group]![slot].firstValue != nil { updateEntry(slot, of: page, changed: item) }
@@ -344,35 +386,31 @@ final class ViewPages {
         return answer
     }
 
-    /// Whether `item`, in `page`, would stay where it is with a new value: its neighbours still
-    /// come before and after it (`inOrder(neighbour, neighbourIsBefore)`). Answers `false`
-    /// (move it) when a neighbour is in another page.
-    func keepsPlace(
-        _ item: ViewItem, page id: Int64, inOrder: (ViewItem, Bool) throws(DatabaseError) -> Bool
-    ) throws(DatabaseError) -> Bool {
+    /// Whether `item`, in `page`, would stay where it is at the key `probe` compares with: the
+    /// item before it still sorts before that key and the item after it does not. Answers
+    /// `false` (move it) when a neighbour is in another page.
+    func keepsPlace(_ item: ViewItem, page id: Int64, probe: ViewProbe) throws(DatabaseError) -> Bool {
         let page = try self.page(id)
         guard let position = page.items.firstIndex(of: item) else { return false }
         let slot = try self.slot(of: page)
         let list = layout.groups[page.group]!
         if position > 0 {
-            guard try inOrder(page.items[position - 1], true) else { return false }
+            guard try probe.isBefore(page.items, position - 1) else { return false }
         } else if slot != list.firstSlot {
             return false
         }
         if position + 1 < page.items.count {
-            guard try inOrder(page.items[position + 1], false) else { return false }
+            guard try !probe.isBefore(page.items, position + 1) else { return false }
         } else if slot != list.lastSlot {
             return false
         }
         return true
     }
 
-    /// Moves `item`, in `page`, to the place `isBefore` gives when that place is inside the same
+    /// Moves `item`, in `page`, to the place `probe` gives when that place is inside the same
     /// page (at its ends only when the page is the group's first or last): one row changes.
     /// Returns `false` and changes nothing otherwise.
-    func moveWithinPage(
-        _ item: ViewItem, page id: Int64, isBefore: (ViewItem) throws(DatabaseError) -> Bool
-    ) throws(DatabaseError) -> Bool {
+    func moveWithinPage(_ item: ViewItem, page id: Int64, probe: ViewProbe) throws(DatabaseError) -> Bool {
         var page = try self.page(id)
         let count = page.items.count
         guard count > 1, let from = page.items.firstIndex(of: item) else { return false }
@@ -382,16 +420,16 @@ final class ViewPages {
         let isLast = slot == list.lastSlot
         // Most moves leave the page: two comparisons with the other items at its ends say so
         // before the page is copied and searched.
-        if !isLast, try isBefore(page.items[from == count - 1 ? count - 2 : count - 1]) { return false }
-        if !isFirst, try !isBefore(page.items[from == 0 ? 1 : 0]) { return false }
+        if !isLast, try probe.isBefore(page.items, from == count - 1 ? count - 2 : count - 1) { return false }
+        if !isFirst, try !probe.isBefore(page.items, from == 0 ? 1 : 0) { return false }
         var others = page.items
         others.remove(at: from)
         let position =
             (try ViewPageList.lastIndex(in: others.count) { (i) throws(DatabaseError) in
-                try isBefore(others[i])
+                try probe.isBefore(others, i)
             })
             .map { $0 + 1 } ?? 0
-        others.insert(item, at: position)
+        others.insert(item, key: probe.storedKey, at: position)
         page.items = others
         try save(page)
         updateEntry(slot, of: page, changed: item)
@@ -402,7 +440,9 @@ final class ViewPages {
     /// one) gives.
     func insert(_ item: ViewItem, group: String, probe: ViewProbe) throws(DatabaseError) {
         guard let list = layout.groups[group], !list.isEmpty else {
-            let page = try newPage(group: group, position: Self.positionStep, items: PageItems([item]))
+            let page = try newPage(
+                group: group, position: Self.positionStep,
+                items: PageItems([item], keys: probe.storedKey.map { [$0] }))
             try setLocation(of: item, group: group, page: page.id)
             layout.groups[group] = ViewPageList(pages: [page.entry])
             return
@@ -411,10 +451,10 @@ final class ViewPages {
         var page = try self.page(list[slot].id)
         let position =
             (try ViewPageList.lastIndex(in: page.items.count) { (i) throws(DatabaseError) in
-                try probe.isBefore(page.items[i])
+                try probe.isBefore(page.items, i)
             })
             .map { $0 + 1 } ?? 0
-        page.items.insert(item, at: position)
+        page.items.insert(item, key: probe.storedKey, at: position)
         guard page.items.count > Self.pageCapacity else {
             try setLocation(of: item, group: group, page: page.id)
             try save(page)
@@ -489,25 +529,29 @@ final class ViewPages {
         }
     }
 
-    /// Builds a group from items already in view order, in pages filled to three quarters (room
-    /// for inserts without splitting at once): for a rebuild. The items' map rows wait for
-    /// ``writeBuiltMap()``.
-    func build(group: String, items: [ViewItem]) throws(DatabaseError) {
+    /// Builds a group from items already in view order (with their sort keys in a keyed view),
+    /// in pages filled to three quarters (room for inserts without splitting at once): for a
+    /// rebuild. The items' map rows wait for ``writeBuiltMap()``.
+    func build(group: String, items: [ViewItem], keys: [[UInt8]]?) throws(DatabaseError) {
         guard !items.isEmpty else { return }
         let fill = Self.pageCapacity * 3 / 4
         var entries: [ViewPageEntry] = []
         var start = 0
         let insert = try statement("INSERT INTO \(prefix)page(grp, position, data) VALUES (?1, ?2, ?3)")
         while start < items.count {
-            let slice = Array(items[start..<min(start + fill, items.count)])
+            let range = start..<min(start + fill, items.count)
+            let slice = Array(items[range])
+            let sliceKeys = keys.map { Array($0[range]) }
             let position = Int64(entries.count + 1) * Self.positionStep
             try insert.bind(group, at: 1)
             try insert.bind(position, at: 2)
-            try insert.bind(bytes: PageItems(slice).bytes, at: 3)
+            try insert.bind(bytes: PageItems(slice, keys: sliceKeys).bytes, at: 3)
             try insert.execute()
             let id = handle.lastInsertRowID
             for item in slice { builtMap.append((item, group, id)) }
-            entries.append(ViewPageEntry(id: id, position: position, count: slice.count, first: slice[0]))
+            entries.append(
+                ViewPageEntry(
+                    id: id, position: position, count: slice.count, first: slice[0], firstKey: sliceKeys?[0]))
             start += fill
         }
         layout.groups[group] = ViewPageList(pages: entries)

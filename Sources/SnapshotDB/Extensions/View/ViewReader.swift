@@ -26,7 +26,8 @@ extension ReadTransaction {
 /// `index(ofKey:inCollection:)` two, at any size. They do not throw: if
 /// SQLite fails while they read (an I/O error, a damaged page), they answer `nil`, `[]` or 0
 /// and the error is thrown by the transaction's next throwing call (and by
-/// ``changes(for:)``), so it is never lost.
+/// ``changes(for:)``), or else by the `read`/`readWrite` call when the closure returns (a write
+/// transaction then rolls back), so it is never lost.
 public final class ViewReader {
     /// The view's name.
     public let name: String
@@ -45,8 +46,10 @@ public final class ViewReader {
         self.name = name
         self.transaction = transaction
         self.ranking = ranking
-        let layout = try ViewLayout.current(name: name, context: context, transaction: transaction)
-        pages = ViewPages(handle: context.handle, prefix: context.tablePrefix, layout: layout)
+        let layout = try ViewLayout.current(
+            name: name, context: context, transaction: transaction, keyed: ranking.keyed)
+        pages = ViewPages(
+            handle: context.handle, prefix: context.tablePrefix, keyed: ranking.keyed, layout: layout)
         groups = layout.groupNames
         writesWhenMade = (transaction as? ReadWriteTransaction)?.changes.operations.count
     }
@@ -208,13 +211,15 @@ private struct ViewDiff {
         var touched: [Touched] = []
         for (item, state) in before {
             let old = try state.map { (state) throws(DatabaseError) in
-                Old(group: state.group, key: try ranking.key(item, data: state.data))
+                Old(group: state.group, key: try ranking.key(item, before: state.stored))
             }
             var new: New?
             if let location = try pages.location(of: item),
                 let index = try pages.index(of: item, page: location.page)
             {
-                new = New(group: location.group, key: try ranking.currentKey(item), index: index)
+                new = New(
+                    group: location.group, key: try ranking.currentKey(item, page: location.page, in: pages),
+                    index: index)
             }
             if old == nil && new == nil { continue }
             touched.append(Touched(item: item, old: old, new: new))

@@ -1,0 +1,286 @@
+import Foundation
+import SnapshotDBTestSupport
+import Testing
+
+@testable import SnapshotDB
+
+/// Views ordered by a ``SortKey``: the same rows and row changes as a view ordered by the
+/// equivalent closure, under random commits; a changed key under the same version is refused.
+@Suite("Keyed views")
+struct KeyedViewTests {
+    struct Task: Codable, Sendable, Equatable {
+        var project: String?
+        var due: Date?
+        var priority: Int
+        var title: String
+        var done: Bool
+    }
+
+    /// Open tasks by project: latest due date first (none last), then priority (high first),
+    /// then title.
+    static let keyed = View<Task>(
+        name: "tasksKeyed", version: "1", collections: ["tasks"],
+        group: { _, _, task in task.done ? nil : task.project },
+        sortKey: { _, _, task in
+            SortKey(
+                .descending(task.due != nil), .descending(task.due), .descending(task.priority), task.title)
+        })
+
+    /// The same order as a closure.
+    static let closure = View<Task>(
+        name: "tasksClosure", version: "1", collections: ["tasks"],
+        group: { _, _, task in task.done ? nil : task.project },
+        areInIncreasingOrder: isBefore)
+
+    static func isBefore(_ a: Task, _ b: Task) -> Bool {
+        switch (a.due, b.due) {
+        case (nil, .some): return false
+        case (.some, nil): return true
+        case (let x?, let y?) where x != y: return x > y
+        default: break
+        }
+        if a.priority != b.priority { return a.priority > b.priority }
+        return a.title < b.title
+    }
+
+    /// The rows the views must hold for `txn`'s values, sorted by brute force.
+    static func expectedRows(_ txn: ReadTransaction) throws -> [String: [ViewItem]] {
+        var groups: [String: [(ViewItem, Task)]] = [:]
+        for (key, task) in try txn.values(inCollection: "tasks", as: Task.self) where !task.done {
+            guard let project = task.project else { continue }
+            groups[project, default: []].append((ViewItem(collection: "tasks", key: key), task))
+        }
+        return groups.mapValues { members in
+            members.sorted { lhs, rhs in
+                if isBefore(lhs.1, rhs.1) { return true }
+                if isBefore(rhs.1, lhs.1) { return false }
+                return lhs.0 < rhs.0
+            }.map(\.0)
+        }
+    }
+
+    static func task(_ random: inout SeededGenerator) -> Task {
+        // Titles: empty, ASCII, precomposed accents and CJK (where `<` is scalar order).
+        let titles = ["", "a", "B", "b", "é", "ü", "zz", "日本", "a\u{0}b", "Zebra"]
+        let base = Date(timeIntervalSinceReferenceDate: 800_000_000)
+        return Task(
+            project: [nil, "home", "work", "errands"].randomElement(using: &random)!,
+            due: Int.random(in: 0..<4, using: &random) == 0
+                ? nil : base.addingTimeInterval(Double(Int.random(in: -5...5, using: &random)) * 86_400.5),
+            priority: Int.random(in: -3...3, using: &random),
+            title: titles.randomElement(using: &random)!,
+            done: Int.random(in: 0..<8, using: &random) == 0)
+    }
+
+    /// Random commits (sets, removals, savepoints that roll back, cleared collections) into a
+    /// keyed view and a closure view of the same order, from 60 values to a few hundred, so
+    /// pages split. After each advance both equal the brute force, and each one's row changes
+    /// replayed onto its old rows give its new rows.
+    @Test(arguments: [11, 12, 13]) func aKeyedViewEqualsTheClosureViewAndTheBruteForce(seed: UInt64) throws {
+        var random = SeededGenerator(state: seed)
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for index in 0..<60 {
+                    try txn.set(Self.task(&random), forKey: "t\(index)", inCollection: "tasks")
+                }
+            }
+            // Built from the values already there, together.
+            try db.register([Self.keyed, Self.closure])
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            var previous = try ui.read { txn in
+                [
+                    ViewTests.rows(try txn.view(named: "tasksKeyed")),
+                    ViewTests.rows(try txn.view(named: "tasksClosure")),
+                ]
+            }
+            for round in 0..<40 {
+                try writer.readWrite { txn in
+                    for _ in 0..<Int.random(in: 1...(round < 10 ? 60 : 8), using: &random) {
+                        let key = "t\(Int.random(in: 0..<400, using: &random))"
+                        switch Int.random(in: 0..<12, using: &random) {
+                        case 0..<8: try txn.set(Self.task(&random), forKey: key, inCollection: "tasks")
+                        case 8..<10: try txn.removeValue(forKey: key, inCollection: "tasks")
+                        case 10:
+                            try? txn.savepoint { txn in
+                                try txn.set(Self.task(&random), forKey: key, inCollection: "tasks")
+                                throw WriterContractTests.Refused()
+                            }
+                        default:
+                            if round == 30 { try txn.removeAll(inCollection: "tasks") }
+                        }
+                    }
+                }
+                guard Int.random(in: 0..<3, using: &random) == 0 || round == 39 else { continue }
+                let changes = try ui.beginLongLivedReadTransaction()
+                try ui.read { txn throws in
+                    let expected = try Self.expectedRows(txn)
+                    for (index, name) in ["tasksKeyed", "tasksClosure"].enumerated() {
+                        let view = try txn.view(named: name)
+                        let now = ViewTests.rows(view)
+                        #expect(now == expected, "seed \(seed) round \(round): \(name)")
+                        let rows = try view.changes(for: changes)
+                        #expect(
+                            ViewTests.apply(rows, to: previous[index]) == now,
+                            "seed \(seed) round \(round): \(name)")
+                        for (group, items) in now {
+                            for position in Set([0, items.count / 2, items.count - 1]) {
+                                #expect(view.item(at: position, inGroup: group) == items[position])
+                                #expect(
+                                    view.index(ofKey: items[position].key, inCollection: "tasks")
+                                        == ViewIndex(group: group, index: position))
+                            }
+                        }
+                        previous[index] = now
+                    }
+                }
+            }
+        }
+    }
+
+    /// An update that leaves the sort key and group as they were is an update row, and a key
+    /// change between the same neighbours rewrites the stored key (the next move compares with
+    /// the new one).
+    @Test func updatesThatKeepOrChangeTheKeyInPlace() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitleKeyed)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for (key, title) in [("a", "b"), ("b", "d"), ("c", "f")] {
+                    try txn.set(
+                        Note(title: title, folder: "inbox", archived: false), forKey: key,
+                        inCollection: "notes")
+                }
+            }
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            // "d" -> "e": between "b" and "f", its key changes in place.
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "e", folder: "inbox", archived: false), forKey: "b", inCollection: "notes")
+            }
+            var changes = try ui.beginLongLivedReadTransaction()
+            var rows = try ui.read { try $0.view(named: "byTitle").changes(for: changes) }
+            #expect(
+                rows == [
+                    .update(ViewItem(collection: "notes", key: "b"), at: ViewIndex(group: "inbox", index: 1))
+                ])
+            // "e" sorts after "c" (which it now is not before): a new "ea" goes after "e", before "f".
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "ea", folder: "inbox", archived: false), forKey: "d", inCollection: "notes")
+            }
+            changes = try ui.beginLongLivedReadTransaction()
+            rows = try ui.read { try $0.view(named: "byTitle").changes(for: changes) }
+            #expect(
+                rows == [
+                    .insert(ViewItem(collection: "notes", key: "d"), at: ViewIndex(group: "inbox", index: 2))
+                ])
+            #expect(
+                try ui.read { try $0.view(named: "byTitle").items(inGroup: "inbox").map(\.key) } == [
+                    "a", "b", "d", "c",
+                ])
+        }
+    }
+
+    /// Registering a view again under the version the file holds, with another sort key or
+    /// grouping, is refused with `extensionChanged` and changes nothing; a new version rebuilds.
+    @Test func aChangedKeyUnderTheSameVersionIsRefusedAndANewVersionRebuilds() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitleKeyed)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for index in 0..<300 {
+                    try txn.set(
+                        Note(
+                            title: String(format: "%03d", index), folder: index % 2 == 0 ? "even" : "odd",
+                            archived: false),
+                        forKey: "n\(index)", inCollection: "notes")
+                }
+            }
+            let commit = db.latestCommit
+            let descending = View<Note>(
+                name: "byTitle", version: "1", collections: ["notes"],
+                group: { _, _, note in note.archived ? nil : note.folder },
+                sortKey: { _, _, note in SortKey(.descending(note.title)) })
+            let error = expectError(.extensionChanged) { try db.register(descending) }
+            #expect(error?.message.contains("view 'byTitle' version '1'") == true)
+            #expect(error?.message.contains("new version") == true)
+            let regrouped = View<Note>(
+                name: "byTitle", version: "1", collections: ["notes"],
+                group: { _, _, note in note.archived ? nil : "all" },
+                sortKey: { _, _, note in SortKey(note.title) })
+            let groupError = expectError(.extensionChanged) { try db.register(regrouped) }
+            #expect(
+                groupError?.message.contains("in group \"even\"") == true
+                    || groupError?.message.contains("in group \"odd\"") == true)
+            // Nothing changed: no commit, and the registered view is still the first.
+            #expect(db.latestCommit == commit)
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "000a", folder: "even", archived: false), forKey: "new", inCollection: "notes"
+                )
+            }
+            #expect(
+                try writer.read { try $0.view(named: "byTitle").items(inGroup: "even").prefix(2).map(\.key) }
+                    == ["n0", "new"])
+            // The same definition again is accepted; a new version rebuilds in the new order.
+            try db.register(ViewTests.byTitleKeyed)
+            let v2 = View<Note>(
+                name: "byTitle", version: "2", collections: ["notes"],
+                group: { _, _, note in note.archived ? nil : note.folder },
+                sortKey: { _, _, note in SortKey(.descending(note.title)) })
+            try db.register(v2)
+            #expect(
+                try writer.read { try $0.view(named: "byTitle").items(inGroup: "even").prefix(2).map(\.key) }
+                    == ["n298", "n296"])
+            // A closure view under a keyed view's version is another table format: rebuilt.
+            let closure = View<Note>(
+                name: "byTitle", version: "2", collections: ["notes"],
+                group: { _, _, note in note.archived ? nil : note.folder },
+                areInIncreasingOrder: { $0.title > $1.title })
+            try db.register(closure)
+            #expect(
+                try writer.read { try $0.view(named: "byTitle").items(inGroup: "even").prefix(2).map(\.key) }
+                    == ["n298", "n296"])
+        }
+    }
+
+    /// A search-results view over a keyed parent lists the matches in the parent's key order.
+    @Test func aSearchResultsViewOverAKeyedParentUsesItsKeys() throws {
+        try withTemporaryDatabase { db throws in
+            let search = FullTextSearch<Note>(
+                name: "noteText", version: "1", collections: ["notes"], columns: ["title"],
+                extract: { _, _, note in ["title": note.title] })
+            let results = SearchResultsView(
+                name: "found", parent: ViewTests.byTitleKeyed, search: search, version: "1", query: "swift")
+            try db.register([search, results])
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for (key, title) in [("a", "swift z"), ("b", "rust"), ("c", "swift a"), ("d", "swift m")] {
+                    try txn.set(
+                        Note(title: title, folder: "inbox", archived: false), forKey: key,
+                        inCollection: "notes")
+                }
+            }
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            #expect(
+                try ui.read { try $0.view(named: "found").items(inGroup: "inbox").map(\.key) } == [
+                    "c", "d", "a",
+                ])
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "swift b", folder: "inbox", archived: false), forKey: "b",
+                    inCollection: "notes")
+            }
+            let changes = try ui.beginLongLivedReadTransaction()
+            let rows = try ui.read { try $0.view(named: "found").changes(for: changes) }
+            #expect(
+                rows == [
+                    .insert(ViewItem(collection: "notes", key: "b"), at: ViewIndex(group: "inbox", index: 1))
+                ])
+        }
+    }
+}
