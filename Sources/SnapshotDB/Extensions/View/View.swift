@@ -649,7 +649,10 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
             }
             if try pages.moveWithinPage(item, page: location.page, probe: probe) { return }
         }
-        if let location { try pages.remove(item, group: location.group, page: location.page) }
+        // A move keeps the item's map row: the insertion below replaces it (one write, not two).
+        if let location {
+            try pages.remove(item, group: location.group, page: location.page, keepingLocation: group != nil)
+        }
         guard let group else { return }
         try pages.insert(item, group: group, probe: probe)
     }
@@ -765,8 +768,28 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         let items = members.items
         var positions = Array(0..<items.count)
         if order.keyed {
+            // The keys side by side in one buffer: a comparison is one `memcmp` where they lie,
+            // with no array retained or released (comparing `[[UInt8]]` elements cost most of
+            // the sort, about 9k instructions per item at 50,000 items).
             let keys = members.keys
-            positions.sort { a, b in ViewOrder<Value>.less(keys[a], items[a], keys[b], items[b]) }
+            var flat: [UInt8] = []
+            var starts: [Int] = []
+            starts.reserveCapacity(keys.count + 1)
+            for key in keys {
+                starts.append(flat.count)
+                flat += key
+            }
+            starts.append(flat.count)
+            flat.withUnsafeBytes { buffer in
+                starts.withUnsafeBufferPointer { starts in
+                    positions.sort { a, b in
+                        let order = SortKey.compare(
+                            UnsafeRawBufferPointer(rebasing: buffer[starts[a]..<starts[a + 1]]),
+                            UnsafeRawBufferPointer(rebasing: buffer[starts[b]..<starts[b + 1]]))
+                        return order < 0 || (order == 0 && items[a] < items[b])
+                    }
+                }
+            }
             return (positions.map { items[$0] }, positions.map { keys[$0] })
         }
         let values = members.values

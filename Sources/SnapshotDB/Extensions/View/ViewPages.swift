@@ -510,15 +510,19 @@ final class ViewPages {
         layout.groups[group]!.renumber(positions)
     }
 
-    /// Removes `item`, which is in `group` at `page`; an emptied page is removed.
-    func remove(_ item: ViewItem, group: String, page id: Int64) throws(DatabaseError) {
+    /// Removes `item`, which is in `group` at `page`; an emptied page is removed. With
+    /// `keepingLocation` its map row stays, for an ``insert(_:group:probe:)`` of the item that
+    /// follows at once and replaces the row.
+    func remove(_ item: ViewItem, group: String, page id: Int64, keepingLocation: Bool = false)
+        throws(DatabaseError)
+    {
         var page = try self.page(id)
         guard page.group == group, let offset = page.items.firstIndex(of: item) else {
             throw Self.damaged(prefix, "\(item) is not in its page \(id)")
         }
         let slot = try self.slot(of: page)
         page.items.remove(at: offset)
-        try removeLocation(of: item)
+        if !keepingLocation { try removeLocation(of: item) }
         if page.items.isEmpty {
             try deletePage(id)
             layout.groups[group]!.remove(slot)
