@@ -226,6 +226,18 @@ func views(db: Database, ui: Connection, writer: Connection) throws -> View<Note
 }
 // end readme-snippet: views
 
+// readme-snippet: keyed
+func keyed(db: Database, writer: Connection) throws -> ViewItem? {
+    let byFolderThenTitle = View<Note>(
+        name: "byFolderThenTitle", version: "1", collections: ["notes"],
+        group: { _, _, note in note.archived ? "archive" : "all" },
+        sortKey: { _, _, note in SortKey(note.folder, .descending(note.body.isEmpty), note.title) })
+    try db.register(byFolderThenTitle)
+    let first = try writer.read { try $0.view(named: "byFolderThenTitle").item(at: 0, inGroup: "all") }
+    return first
+}
+// end readme-snippet: keyed
+
 /// The view the README's views block registers, for the replica block.
 let byTitle = View<Note>(
     name: "byTitle", version: "1", collections: ["notes"], group: { _, _, note in note.folder },

@@ -111,10 +111,12 @@ struct ReadmeTests {
         try errors(writer: writer)
         try history(reader: writer)
         let byTitle = try views(db: db, ui: ui, writer: writer)
+        // "inbox" before "work"; in the inbox, "Beer" (empty body) before "Milk".
+        #expect(try keyed(db: db, writer: writer)?.key == "n3")
         let search = try indexes(db: db, ui: ui, writer: writer)
         try results(db: db, ui: ui, byTitle: byTitle, search: search)
         // What the blocks did, checked: the last view registered, the values written.
-        #expect(db.registeredExtensions == ["byTitle", "found", "notes", "people"])
+        #expect(db.registeredExtensions == ["byFolderThenTitle", "byTitle", "found", "notes", "people"])
         #expect(try ui.read { try $0.count(inCollection: "notes") } == 3)
         #expect(try ui.read { try $0.value(forKey: "1", inCollection: "items", as: Item.self) }?.title == "b")
         try db.close()
