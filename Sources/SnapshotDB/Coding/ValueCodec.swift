@@ -31,9 +31,13 @@ public struct JSONValueCodec: ValueCodec {
         try encoder.encode(value)
     }
 
-    /// Decodes JSON.
+    /// Decodes JSON: through SnapshotDB's own decoder where its result is certain to be
+    /// Foundation's (plain records of strings, integers, `Double`s, booleans, optionals, arrays,
+    /// dictionaries and nested records), else through Foundation's `JSONDecoder`, whose result
+    /// or error is then the answer (see `FastJSON`).
     public func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
-        try decoder.decode(type, from: data)
+        if let value = FastJSON.decode(T.self, from: data) { return value }
+        return try decoder.decode(type, from: data)
     }
 }
 

@@ -1,0 +1,659 @@
+internal import Foundation
+
+/// A decoder for the JSON that ``JSONValueCodec`` stores, about four times cheaper than
+/// Foundation's `JSONDecoder` on small records (callgrind: see the CHANGELOG), which it stands in
+/// front of and never contradicts.
+///
+/// Decoding values is the CPU cost of reads, of view upkeep and of every extension build, and
+/// most of a `JSONDecoder` call is its generic machinery: it scans the whole document into a map
+/// of tokens, boxes containers, and builds coding paths. This decoder reads the bytes where they
+/// lie: an object is scanned once into its members (key bytes and value offsets), and each
+/// `decode(_:forKey:)` compares key bytes and parses the value in place.
+///
+/// **It never answers differently from Foundation.** It handles the exact cases whose result is
+/// certain: objects, arrays, `null`, `true`/`false`, strings (with every JSON escape),
+/// integers written as integers, and `Double`s (parsed by Swift's locale-independent parser,
+/// correctly rounded as Foundation's). Anything else sets ``Document/mustFallBack`` and throws:
+/// a `Float` (whose rounding path differs), an integer written with a fraction or exponent,
+/// `Data`, `URL` and `Decimal` (which `JSONDecoder` decodes its own way), duplicate keys
+/// (compared as Swift compares strings, so `"é"` and `"e\u{301}"` are duplicates, as they are
+/// for Foundation's dictionary of members), `superDecoder`, a missing key, a type mismatch, invalid JSON, or any error
+/// the value's own `init(from:)` throws. When that flag is set, the value is decoded again by
+/// Foundation, whose result or error is the answer, even if the value's `init(from:)` caught
+/// the error and went on (a `try?` must not take another branch here than under Foundation).
+/// So a value that decodes through an unusual path costs both decoders; a value of plain fields
+/// costs this one only.
+enum FastJSON {
+    /// `value` decoded from `data`, or `nil` when Foundation must decode it.
+    static func decode<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
+        if isSpecial(T.self) { return nil }
+        let document = Document(data)
+        do {
+            let root = try document.root()
+            let value = try document.decode(T.self, at: root, codingPath: [])
+            return document.mustFallBack ? nil : value
+        } catch {
+            return nil
+        }
+    }
+
+    /// Types `JSONDecoder` decodes its own way (its data, URL and decimal strategies).
+    static func isSpecial<T>(_ type: T.Type) -> Bool {
+        T.self == Data.self || T.self == URL.self || T.self == Decimal.self
+    }
+
+    /// The error that sends a value to Foundation.
+    struct Fallback: Error {}
+
+    /// An array element's place in a coding path.
+    struct IndexKey: CodingKey {
+        let intValue: Int?
+        var stringValue: String { "Index \(intValue ?? 0)" }
+        init(index: Int) { intValue = index }
+        init?(stringValue: String) { nil }
+        init?(intValue: Int) { self.intValue = intValue }
+    }
+
+    /// One member of an object: its key's bytes (between the quotes), where its value starts,
+    /// and the key as a string when its bytes are not plain ASCII (escapes, or other scalars),
+    /// which are then compared as Swift compares strings (canonical equivalence), as Foundation
+    /// looks keys up. Plain ASCII keys compare byte by byte, which is the same thing for them.
+    struct Member {
+        let keyStart: Int
+        let keyEnd: Int
+        let value: Int
+        let key: String?
+    }
+
+    /// The bytes of one value being decoded, copied with a terminating zero (so that every scan
+    /// stops at the end without a bounds check of its own), and whether it must go to
+    /// Foundation.
+    final class Document {
+        let bytes: UnsafeMutablePointer<UInt8>
+        let count: Int
+        private(set) var mustFallBack = false
+        /// Past this nesting the document goes to Foundation (which refuses past 512).
+        static let maximumDepth = 256
+
+        init(_ data: Data) {
+            count = data.count
+            bytes = .allocate(capacity: count + 1)
+            data.withUnsafeBytes { source in
+                if count > 0 {
+                    bytes.initialize(from: source.bindMemory(to: UInt8.self).baseAddress!, count: count)
+                }
+            }
+            bytes[count] = 0
+        }
+
+        // Containers hold the document: the bytes live as long as any of them.
+        deinit { bytes.deallocate() }
+
+        /// Marks the document for Foundation and returns the error to throw.
+        func fallBack() -> Fallback {
+            mustFallBack = true
+            return Fallback()
+        }
+
+        // MARK: Scanning
+
+        func skipSpace(_ index: Int) -> Int {
+            var index = index
+            while index < count {
+                switch bytes[index] {
+                case 0x20, 0x0A, 0x0D, 0x09: index += 1
+                default: return index
+                }
+            }
+            return index
+        }
+
+        /// Where the value of the whole document starts; checks that the document is one value.
+        func root() throws(Fallback) -> Int {
+            let start = skipSpace(0)
+            let end = try valueEnd(start, depth: 0)
+            guard skipSpace(end) == count else { throw fallBack() }
+            return start
+        }
+
+        /// The end of the value at `index`, checking that it is valid JSON.
+        func valueEnd(_ index: Int, depth: Int) throws(Fallback) -> Int {
+            guard index < count else { throw fallBack() }
+            switch bytes[index] {
+            case UInt8(ascii: "\""): return try stringEnd(index).end
+            case UInt8(ascii: "{"):
+                guard depth < Self.maximumDepth else { throw fallBack() }
+                var at = skipSpace(index + 1)
+                if bytes[at] == UInt8(ascii: "}") { return at + 1 }
+                while true {
+                    guard bytes[at] == UInt8(ascii: "\"") else { throw fallBack() }
+                    at = skipSpace(try stringEnd(at).end)
+                    guard bytes[at] == UInt8(ascii: ":") else { throw fallBack() }
+                    at = skipSpace(try valueEnd(skipSpace(at + 1), depth: depth + 1))
+                    if bytes[at] == UInt8(ascii: ",") {
+                        at = skipSpace(at + 1)
+                    } else if bytes[at] == UInt8(ascii: "}") {
+                        return at + 1
+                    } else {
+                        throw fallBack()
+                    }
+                }
+            case UInt8(ascii: "["):
+                guard depth < Self.maximumDepth else { throw fallBack() }
+                var at = skipSpace(index + 1)
+                if bytes[at] == UInt8(ascii: "]") { return at + 1 }
+                while true {
+                    at = skipSpace(try valueEnd(at, depth: depth + 1))
+                    if bytes[at] == UInt8(ascii: ",") {
+                        at = skipSpace(at + 1)
+                    } else if bytes[at] == UInt8(ascii: "]") {
+                        return at + 1
+                    } else {
+                        throw fallBack()
+                    }
+                }
+            case UInt8(ascii: "t"): return try literalEnd(index, "true")
+            case UInt8(ascii: "f"): return try literalEnd(index, "false")
+            case UInt8(ascii: "n"): return try literalEnd(index, "null")
+            default: return try numberEnd(index).end
+            }
+        }
+
+        private func literalEnd(_ index: Int, _ literal: StaticString) throws(Fallback) -> Int {
+            let length = literal.utf8CodeUnitCount
+            guard index + length <= count, memcmp(bytes + index, literal.utf8Start, length) == 0 else {
+                throw fallBack()
+            }
+            return index + length
+        }
+
+        /// The end of the string at `index` (its opening quote) and whether it holds escapes;
+        /// checks its escapes and that it holds no control character.
+        func stringEnd(_ index: Int) throws(Fallback) -> (end: Int, escaped: Bool) {
+            var at = index + 1
+            var escaped = false
+            while true {
+                guard at < count else { throw fallBack() }
+                let byte = bytes[at]
+                if byte == UInt8(ascii: "\"") { return (at + 1, escaped) }
+                if byte < 0x20 { throw fallBack() }
+                if byte == UInt8(ascii: "\\") {
+                    escaped = true
+                    switch bytes[at + 1] {
+                    case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"),
+                        UInt8(ascii: "f"), UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                        at += 2
+                    case UInt8(ascii: "u"):
+                        guard at + 5 < count else { throw fallBack() }
+                        for offset in 2..<6 where hexValue(bytes[at + offset]) == nil { throw fallBack() }
+                        at += 6
+                    default: throw fallBack()
+                    }
+                } else {
+                    at += 1
+                }
+            }
+        }
+
+        /// The end of the number at `index` and whether it is an integer (no fraction, no
+        /// exponent); checks JSON's grammar (no leading zero, digits after a point).
+        func numberEnd(_ index: Int) throws(Fallback) -> (end: Int, isInteger: Bool) {
+            var at = index
+            if bytes[at] == UInt8(ascii: "-") { at += 1 }
+            guard isDigit(bytes[at]) else { throw fallBack() }
+            if bytes[at] == UInt8(ascii: "0") {
+                at += 1
+                if isDigit(bytes[at]) { throw fallBack() }
+            } else {
+                while isDigit(bytes[at]) { at += 1 }
+            }
+            var isInteger = true
+            if bytes[at] == UInt8(ascii: ".") {
+                isInteger = false
+                at += 1
+                guard isDigit(bytes[at]) else { throw fallBack() }
+                while isDigit(bytes[at]) { at += 1 }
+            }
+            if bytes[at] == UInt8(ascii: "e") || bytes[at] == UInt8(ascii: "E") {
+                isInteger = false
+                at += 1
+                if bytes[at] == UInt8(ascii: "+") || bytes[at] == UInt8(ascii: "-") { at += 1 }
+                guard isDigit(bytes[at]) else { throw fallBack() }
+                while isDigit(bytes[at]) { at += 1 }
+            }
+            return (at, isInteger)
+        }
+
+        private func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
+
+        private func hexValue(_ byte: UInt8) -> UInt32? {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt32(byte - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): UInt32(byte - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): UInt32(byte - UInt8(ascii: "A") + 10)
+            default: nil
+            }
+        }
+
+        /// The members of the object at `index` (already checked by ``root()``); duplicate keys
+        /// and keys with escapes go to Foundation.
+        func members(_ index: Int) throws(Fallback) -> [Member] {
+            guard bytes[index] == UInt8(ascii: "{") else { throw fallBack() }
+            var members: [Member] = []
+            var at = skipSpace(index + 1)
+            if bytes[at] == UInt8(ascii: "}") { return members }
+            while true {
+                let (keyEnd, escaped) = try stringEnd(at)
+                var plain = !escaped
+                for index in (at + 1)..<(keyEnd - 1) where bytes[index] >= 0x80 {
+                    plain = false
+                    break
+                }
+                let value = skipSpace(skipSpace(keyEnd) + 1)
+                let member = Member(
+                    keyStart: at + 1, keyEnd: keyEnd - 1, value: value, key: plain ? nil : try string(at))
+                for other in members where sameKey(other, member) { throw fallBack() }
+                members.append(member)
+                at = skipSpace(try valueEnd(value, depth: 1))
+                if bytes[at] == UInt8(ascii: "}") { return members }
+                at = skipSpace(at + 1)
+                if members.count > 64 { throw fallBack() }
+            }
+        }
+
+        /// Where each element of the array at `index` starts.
+        func elements(_ index: Int) throws(Fallback) -> [Int] {
+            guard bytes[index] == UInt8(ascii: "[") else { throw fallBack() }
+            var elements: [Int] = []
+            var at = skipSpace(index + 1)
+            if bytes[at] == UInt8(ascii: "]") { return elements }
+            while true {
+                elements.append(at)
+                at = skipSpace(try valueEnd(at, depth: 1))
+                if bytes[at] == UInt8(ascii: "]") { return elements }
+                at = skipSpace(at + 1)
+            }
+        }
+
+        /// The key of `member` as a string.
+        func keyString(_ member: Member) -> String {
+            member.key
+                ?? String(
+                    decoding: UnsafeBufferPointer(
+                        start: bytes + member.keyStart, count: member.keyEnd - member.keyStart),
+                    as: UTF8.self)
+        }
+
+        private func sameKey(_ a: Member, _ b: Member) -> Bool {
+            if a.key == nil, b.key == nil {
+                let length = a.keyEnd - a.keyStart
+                return length == b.keyEnd - b.keyStart
+                    && memcmp(bytes + a.keyStart, bytes + b.keyStart, length) == 0
+            }
+            return keyString(a) == keyString(b)
+        }
+
+        /// The member whose key is `key`: plain keys by their bytes, others as strings.
+        func find(_ key: some CodingKey, in members: [Member]) -> Int? {
+            let name = key.stringValue
+            let isASCII = name.utf8.allSatisfy { $0 < 0x80 }
+            var bytesOfName = name
+            return bytesOfName.withUTF8 { utf8 in
+                for member in members {
+                    if isASCII, member.key == nil {
+                        let length = member.keyEnd - member.keyStart
+                        if length == utf8.count
+                            && (length == 0
+                                || memcmp(bytes + member.keyStart, utf8.baseAddress!, length) == 0)
+                        {
+                            return member.value
+                        }
+                    } else if keyString(member) == name {
+                        return member.value
+                    }
+                }
+                return nil
+            }
+        }
+
+        // MARK: Values
+
+        func isNull(_ index: Int) -> Bool { bytes[index] == UInt8(ascii: "n") }
+
+        func bool(_ index: Int) throws(Fallback) -> Bool {
+            switch bytes[index] {
+            case UInt8(ascii: "t"): return true
+            case UInt8(ascii: "f"): return false
+            default: throw fallBack()
+            }
+        }
+
+        func string(_ index: Int) throws(Fallback) -> String {
+            guard bytes[index] == UInt8(ascii: "\"") else { throw fallBack() }
+            let (end, escaped) = try stringEnd(index)
+            let raw = UnsafeBufferPointer(start: bytes + index + 1, count: end - index - 2)
+            if !escaped {
+                guard let string = String(validating: raw, as: UTF8.self) else { throw fallBack() }
+                return string
+            }
+            var unescaped: [UInt8] = []
+            unescaped.reserveCapacity(raw.count)
+            var at = 0
+            while at < raw.count {
+                let byte = raw[at]
+                guard byte == UInt8(ascii: "\\") else {
+                    unescaped.append(byte)
+                    at += 1
+                    continue
+                }
+                let code = raw[at + 1]
+                at += 2
+                switch code {
+                case UInt8(ascii: "b"): unescaped.append(0x08)
+                case UInt8(ascii: "f"): unescaped.append(0x0C)
+                case UInt8(ascii: "n"): unescaped.append(0x0A)
+                case UInt8(ascii: "r"): unescaped.append(0x0D)
+                case UInt8(ascii: "t"): unescaped.append(0x09)
+                case UInt8(ascii: "u"):
+                    var scalar = try hex4(raw, at)
+                    at += 4
+                    if scalar >= 0xD800 && scalar < 0xDC00 {
+                        // A high surrogate must be followed by a low one.
+                        guard at + 6 <= raw.count, raw[at] == UInt8(ascii: "\\"),
+                            raw[at + 1] == UInt8(ascii: "u")
+                        else { throw fallBack() }
+                        let low = try hex4(raw, at + 2)
+                        guard low >= 0xDC00 && low < 0xE000 else { throw fallBack() }
+                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                        at += 6
+                    }
+                    guard let unicode = Unicode.Scalar(scalar) else { throw fallBack() }
+                    unescaped.append(contentsOf: UTF8.encode(unicode)!)
+                default: unescaped.append(code)
+                }
+            }
+            guard let string = String(validating: unescaped, as: UTF8.self) else { throw fallBack() }
+            return string
+        }
+
+        private func hex4(_ raw: UnsafeBufferPointer<UInt8>, _ at: Int) throws(Fallback) -> UInt32 {
+            var value: UInt32 = 0
+            for offset in 0..<4 {
+                guard at + offset < raw.count, let digit = hexValue(raw[at + offset]) else {
+                    throw fallBack()
+                }
+                value = value << 4 | digit
+            }
+            return value
+        }
+
+        /// An integer written as one (an integer with a fraction or exponent, or one out of
+        /// range, goes to Foundation, whose rules for those are its own).
+        func integer<I: FixedWidthInteger>(_ index: Int, as type: I.Type) throws(Fallback) -> I {
+            let (end, isInteger) = try numberEnd(index)
+            guard isInteger else { throw fallBack() }
+            var at = index
+            let negative = bytes[at] == UInt8(ascii: "-")
+            if negative {
+                guard I.isSigned else { throw fallBack() }
+                at += 1
+            }
+            var value: I = 0
+            while at < end {
+                let digit = I(bytes[at] - UInt8(ascii: "0"))
+                let (times, overflow) = value.multipliedReportingOverflow(by: 10)
+                let (next, overflow2) =
+                    negative
+                    ? times.subtractingReportingOverflow(digit) : times.addingReportingOverflow(digit)
+                guard !overflow, !overflow2 else { throw fallBack() }
+                value = next
+                at += 1
+            }
+            return value
+        }
+
+        /// A finite `Double`, by Swift's correctly rounded, locale-independent parser.
+        func double(_ index: Int) throws(Fallback) -> Double {
+            let (end, _) = try numberEnd(index)
+            let text = String(
+                decoding: UnsafeBufferPointer(start: bytes + index, count: end - index), as: UTF8.self)
+            guard let value = Double(text), value.isFinite else { throw fallBack() }
+            return value
+        }
+
+        /// `T` at `index`: plain types parsed in place, others through their `init(from:)`.
+        func decode<T: Decodable>(_ type: T.Type, at index: Int, codingPath: [any CodingKey]) throws -> T {
+            // The same type: a bit cast, not a dynamic cast.
+            if T.self == String.self { return unsafeBitCast(try string(index), to: T.self) }
+            if T.self == Int.self { return unsafeBitCast(try integer(index, as: Int.self), to: T.self) }
+            if T.self == Double.self { return unsafeBitCast(try double(index), to: T.self) }
+            if T.self == Bool.self { return unsafeBitCast(try bool(index), to: T.self) }
+            if FastJSON.isSpecial(T.self) { throw fallBack() }
+            return try T(from: ValueDecoder(document: self, at: index, codingPath: codingPath))
+        }
+    }
+
+    /// A `Decoder` at one value of a ``Document``.
+    final class ValueDecoder: Decoder {
+        let document: Document
+        let index: Int
+        let codingPath: [any CodingKey]
+        var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+        init(document: Document, at index: Int, codingPath: [any CodingKey]) {
+            self.document = document
+            self.index = index
+            self.codingPath = codingPath
+        }
+
+        func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+            KeyedDecodingContainer(
+                Keyed<Key>(document: document, members: try document.members(index), codingPath: codingPath))
+        }
+
+        func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
+            Unkeyed(document: document, elements: try document.elements(index), codingPath: codingPath)
+        }
+
+        func singleValueContainer() throws -> any SingleValueDecodingContainer {
+            Single(document: document, index: index, codingPath: codingPath)
+        }
+    }
+
+    struct Keyed<Key: CodingKey>: KeyedDecodingContainerProtocol {
+        let document: Document
+        let members: [Member]
+        let codingPath: [any CodingKey]
+
+        var allKeys: [Key] { members.compactMap { Key(stringValue: document.keyString($0)) } }
+
+        func contains(_ key: Key) -> Bool { document.find(key, in: members) != nil }
+
+        private func value(_ key: Key) throws(Fallback) -> Int {
+            guard let index = document.find(key, in: members) else { throw document.fallBack() }
+            return index
+        }
+
+        /// The value of `key`, or `nil` when it is missing or `null`.
+        private func present(_ key: Key) -> Int? {
+            guard let index = document.find(key, in: members), !document.isNull(index) else { return nil }
+            return index
+        }
+
+        func decodeNil(forKey key: Key) throws -> Bool { document.isNull(try value(key)) }
+        func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try document.bool(try value(key)) }
+        func decode(_ type: String.Type, forKey key: Key) throws -> String {
+            try document.string(try value(key))
+        }
+        func decode(_ type: Double.Type, forKey key: Key) throws -> Double {
+            try document.double(try value(key))
+        }
+        func decode(_ type: Float.Type, forKey key: Key) throws -> Float { throw document.fallBack() }
+        func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try integer(key) }
+        func decode(_ type: Int8.Type, forKey key: Key) throws -> Int8 { try integer(key) }
+        func decode(_ type: Int16.Type, forKey key: Key) throws -> Int16 { try integer(key) }
+        func decode(_ type: Int32.Type, forKey key: Key) throws -> Int32 { try integer(key) }
+        func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 { try integer(key) }
+        func decode(_ type: UInt.Type, forKey key: Key) throws -> UInt { try integer(key) }
+        func decode(_ type: UInt8.Type, forKey key: Key) throws -> UInt8 { try integer(key) }
+        func decode(_ type: UInt16.Type, forKey key: Key) throws -> UInt16 { try integer(key) }
+        func decode(_ type: UInt32.Type, forKey key: Key) throws -> UInt32 { try integer(key) }
+        func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 { try integer(key) }
+
+        private func integer<I: FixedWidthInteger>(_ key: Key) throws(Fallback) -> I {
+            try document.integer(try value(key), as: I.self)
+        }
+
+        func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+            try document.decode(T.self, at: try value(key), codingPath: codingPath + [key])
+        }
+
+        func decodeIfPresent(_ type: String.Type, forKey key: Key) throws -> String? {
+            try present(key).map { (index) throws(Fallback) in try document.string(index) }
+        }
+
+        func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? {
+            try present(key).map { (index) throws(Fallback) in try document.bool(index) }
+        }
+
+        func decodeIfPresent(_ type: Double.Type, forKey key: Key) throws -> Double? {
+            try present(key).map { (index) throws(Fallback) in try document.double(index) }
+        }
+
+        func decodeIfPresent(_ type: Int.Type, forKey key: Key) throws -> Int? {
+            try present(key).map { (index) throws(Fallback) in try document.integer(index, as: Int.self) }
+        }
+
+        func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
+            guard let index = present(key) else { return nil }
+            return try document.decode(T.self, at: index, codingPath: codingPath + [key])
+        }
+
+        func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws
+            -> KeyedDecodingContainer<NestedKey>
+        {
+            try ValueDecoder(document: document, at: try value(key), codingPath: codingPath + [key])
+                .container(keyedBy: NestedKey.self)
+        }
+
+        func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
+            try ValueDecoder(document: document, at: try value(key), codingPath: codingPath + [key])
+                .unkeyedContainer()
+        }
+
+        func superDecoder() throws -> any Decoder { throw document.fallBack() }
+        func superDecoder(forKey key: Key) throws -> any Decoder { throw document.fallBack() }
+    }
+
+    struct Unkeyed: UnkeyedDecodingContainer {
+        let document: Document
+        let elements: [Int]
+        let codingPath: [any CodingKey]
+        private(set) var currentIndex = 0
+
+        init(document: Document, elements: [Int], codingPath: [any CodingKey]) {
+            self.document = document
+            self.elements = elements
+            self.codingPath = codingPath
+        }
+
+        var count: Int? { elements.count }
+        var isAtEnd: Bool { currentIndex >= elements.count }
+
+        private mutating func next() throws(Fallback) -> Int {
+            guard currentIndex < elements.count else { throw document.fallBack() }
+            defer { currentIndex += 1 }
+            return elements[currentIndex]
+        }
+
+        mutating func decodeNil() throws -> Bool {
+            guard currentIndex < elements.count else { throw document.fallBack() }
+            if document.isNull(elements[currentIndex]) {
+                currentIndex += 1
+                return true
+            }
+            return false
+        }
+
+        mutating func decode(_ type: Bool.Type) throws -> Bool { try document.bool(try next()) }
+        mutating func decode(_ type: String.Type) throws -> String { try document.string(try next()) }
+        mutating func decode(_ type: Double.Type) throws -> Double { try document.double(try next()) }
+        mutating func decode(_ type: Float.Type) throws -> Float { throw document.fallBack() }
+        mutating func decode(_ type: Int.Type) throws -> Int {
+            try document.integer(try next(), as: Int.self)
+        }
+        mutating func decode(_ type: Int8.Type) throws -> Int8 {
+            try document.integer(try next(), as: Int8.self)
+        }
+        mutating func decode(_ type: Int16.Type) throws -> Int16 {
+            try document.integer(try next(), as: Int16.self)
+        }
+        mutating func decode(_ type: Int32.Type) throws -> Int32 {
+            try document.integer(try next(), as: Int32.self)
+        }
+        mutating func decode(_ type: Int64.Type) throws -> Int64 {
+            try document.integer(try next(), as: Int64.self)
+        }
+        mutating func decode(_ type: UInt.Type) throws -> UInt {
+            try document.integer(try next(), as: UInt.self)
+        }
+        mutating func decode(_ type: UInt8.Type) throws -> UInt8 {
+            try document.integer(try next(), as: UInt8.self)
+        }
+        mutating func decode(_ type: UInt16.Type) throws -> UInt16 {
+            try document.integer(try next(), as: UInt16.self)
+        }
+        mutating func decode(_ type: UInt32.Type) throws -> UInt32 {
+            try document.integer(try next(), as: UInt32.self)
+        }
+        mutating func decode(_ type: UInt64.Type) throws -> UInt64 {
+            try document.integer(try next(), as: UInt64.self)
+        }
+
+        mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
+            let path = codingPath + [IndexKey(index: currentIndex)]
+            return try document.decode(T.self, at: try next(), codingPath: path)
+        }
+
+        mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws
+            -> KeyedDecodingContainer<NestedKey>
+        {
+            let path = codingPath + [IndexKey(index: currentIndex)]
+            return try ValueDecoder(document: document, at: try next(), codingPath: path)
+                .container(keyedBy: NestedKey.self)
+        }
+
+        mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
+            let path = codingPath + [IndexKey(index: currentIndex)]
+            return try ValueDecoder(document: document, at: try next(), codingPath: path).unkeyedContainer()
+        }
+
+        mutating func superDecoder() throws -> any Decoder { throw document.fallBack() }
+    }
+
+    struct Single: SingleValueDecodingContainer {
+        let document: Document
+        let index: Int
+        let codingPath: [any CodingKey]
+
+        func decodeNil() -> Bool { document.isNull(index) }
+        func decode(_ type: Bool.Type) throws -> Bool { try document.bool(index) }
+        func decode(_ type: String.Type) throws -> String { try document.string(index) }
+        func decode(_ type: Double.Type) throws -> Double { try document.double(index) }
+        func decode(_ type: Float.Type) throws -> Float { throw document.fallBack() }
+        func decode(_ type: Int.Type) throws -> Int { try document.integer(index, as: Int.self) }
+        func decode(_ type: Int8.Type) throws -> Int8 { try document.integer(index, as: Int8.self) }
+        func decode(_ type: Int16.Type) throws -> Int16 { try document.integer(index, as: Int16.self) }
+        func decode(_ type: Int32.Type) throws -> Int32 { try document.integer(index, as: Int32.self) }
+        func decode(_ type: Int64.Type) throws -> Int64 { try document.integer(index, as: Int64.self) }
+        func decode(_ type: UInt.Type) throws -> UInt { try document.integer(index, as: UInt.self) }
+        func decode(_ type: UInt8.Type) throws -> UInt8 { try document.integer(index, as: UInt8.self) }
+        func decode(_ type: UInt16.Type) throws -> UInt16 { try document.integer(index, as: UInt16.self) }
+        func decode(_ type: UInt32.Type) throws -> UInt32 { try document.integer(index, as: UInt32.self) }
+        func decode(_ type: UInt64.Type) throws -> UInt64 { try document.integer(index, as: UInt64.self) }
+
+        func decode<T: Decodable>(_ type: T.Type) throws -> T {
+            try document.decode(T.self, at: index, codingPath: codingPath)
+        }
+    }
+}

@@ -1,0 +1,242 @@
+import Foundation
+import Testing
+
+@testable import SnapshotDB
+
+/// The default codec's own JSON decoder gives exactly what Foundation's `JSONDecoder` gives, or
+/// hands the value to it: random records round-trip through both, and hand-written documents
+/// (foreign writers, damage) give the same value or the same error.
+@Suite("Fast JSON decoding")
+struct FastJSONTests {
+    enum Kind: String, Codable, Equatable { case small, large }
+
+    enum Shape: Codable, Equatable {
+        case circle(radius: Double)
+        case box(width: Int, height: Int)
+        case none
+    }
+
+    struct Inner: Codable, Equatable {
+        var name: String
+        var tags: [String]
+        var weight: Double?
+    }
+
+    struct Record: Codable, Equatable {
+        var title: String
+        var count: Int
+        var small: Int8
+        var medium: Int32
+        var big: Int64
+        var unsigned: UInt64
+        var byte: UInt8
+        var ratio: Double
+        var flag: Bool
+        var note: String?
+        var score: Int?
+        var date: Date
+        var kind: Kind
+        var shape: Shape
+        var numbers: [Int]
+        var matrix: [[Double]]
+        var table: [String: Int]
+        var inner: Inner
+        var inners: [Inner]
+        var maybeInner: Inner?
+        var optionals: [String?]
+    }
+
+    static func string(_ random: inout SeededGenerator) -> String {
+        let pieces = [
+            "", "a", "Zebra", "é", "e\u{301}", "日本語", "😀", "\"quoted\"", "back\\slash", "new\nline",
+            "tab\t", "\u{0}", "\u{1F}", "/", "</script>", "\u{7F}", "\u{FFFF}", "𝄞",
+        ]
+        return (0..<Int.random(in: 0...3, using: &random)).map { _ in pieces.randomElement(using: &random)! }
+            .joined()
+    }
+
+    static func double(_ random: inout SeededGenerator) -> Double {
+        switch Int.random(in: 0..<6, using: &random) {
+        case 0:
+            return [0, -0.0, 1, -1, 0.1, 1e-300, 5e-324, 1.7976931348623157e308, 123456.789].randomElement(
+                using: &random)!
+        case 1: return Double(Int.random(in: -1_000_000...1_000_000, using: &random))
+        default:
+            // Any finite bit pattern.
+            while true {
+                let value = Double(bitPattern: random.next())
+                if value.isFinite { return value }
+            }
+        }
+    }
+
+    static func inner(_ random: inout SeededGenerator) -> Inner {
+        Inner(
+            name: string(&random),
+            tags: (0..<Int.random(in: 0...3, using: &random)).map { _ in string(&random) },
+            weight: Bool.random(using: &random) ? double(&random) : nil)
+    }
+
+    static func record(_ random: inout SeededGenerator) -> Record {
+        Record(
+            title: string(&random), count: Int.random(in: Int.min...Int.max, using: &random),
+            small: Int8.random(in: .min ... .max, using: &random),
+            medium: Int32.random(in: .min ... .max, using: &random),
+            big: [Int64.min, Int64.max, 0, Int64.random(in: .min ... .max, using: &random)].randomElement(
+                using: &random)!,
+            unsigned: [UInt64.max, 0, UInt64.random(in: .min ... .max, using: &random)].randomElement(
+                using: &random)!,
+            byte: UInt8.random(in: .min ... .max, using: &random), ratio: double(&random),
+            flag: Bool.random(using: &random), note: Bool.random(using: &random) ? string(&random) : nil,
+            score: Bool.random(using: &random) ? Int.random(in: -5...5, using: &random) : nil,
+            date: Date(timeIntervalSinceReferenceDate: double(&random).truncatingRemainder(dividingBy: 1e12)),
+            kind: Bool.random(using: &random) ? .small : .large,
+            shape: [
+                Shape.circle(radius: double(&random)),
+                .box(width: Int.random(in: -9...9, using: &random), height: 3), .none,
+            ].randomElement(using: &random)!,
+            numbers: (0..<Int.random(in: 0...5, using: &random)).map { _ in
+                Int.random(in: -99...99, using: &random)
+            },
+            matrix: [[double(&random)], [], [1, 2.5]],
+            table: Dictionary(
+                uniqueKeysWithValues: (0..<Int.random(in: 0...4, using: &random)).map { index in
+                    ("k\(index)\(string(&random))", index)
+                }),
+            inner: inner(&random),
+            inners: (0..<Int.random(in: 0...3, using: &random)).map { _ in inner(&random) },
+            maybeInner: Bool.random(using: &random) ? inner(&random) : nil,
+            optionals: [nil, string(&random), nil])
+    }
+
+    /// Random records, encoded as the codec encodes them: the fast decoder decodes every one
+    /// itself (no fallback) and gives Foundation's value.
+    @Test(arguments: [1, 2, 3]) func recordsDecodeAsFoundationDecodesThem(seed: UInt64) throws {
+        var random = SeededGenerator(state: seed)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        for index in 0..<500 {
+            let record = Self.record(&random)
+            let data = try encoder.encode(record)
+            let foundation = try JSONDecoder().decode(Record.self, from: data)
+            let fast = try #require(
+                FastJSON.decode(Record.self, from: data),
+                "record \(index) fell back: \(String(decoding: data, as: UTF8.self))")
+            #expect(fast == foundation, "record \(index): \(String(decoding: data, as: UTF8.self))")
+            // `Double`s and dates round-trip bit for bit.
+            #expect(fast.ratio.bitPattern == foundation.ratio.bitPattern)
+            #expect(fast.date == record.date)
+        }
+    }
+
+    struct WithFloat: Codable, Equatable {
+        var x: Float
+    }
+
+    struct WithData: Codable, Equatable {
+        var blob: Data
+        var link: URL
+        var amount: Decimal
+    }
+
+    /// Types `JSONDecoder` decodes its own way go to it, and the codec's answer is its answer.
+    @Test func floatsDataURLsAndDecimalsGoToFoundation() throws {
+        let codec = JSONValueCodec()
+        let float = try codec.encode(WithFloat(x: 0.1))
+        #expect(FastJSON.decode(WithFloat.self, from: float) == nil)
+        #expect(try codec.decode(WithFloat.self, from: float) == WithFloat(x: 0.1))
+        let value = WithData(
+            blob: Data([0, 1, 2, 255]), link: URL(string: "https://example.com/a?b=c")!, amount: 12.5)
+        let data = try codec.encode(value)
+        #expect(FastJSON.decode(WithData.self, from: data) == nil)
+        #expect(try codec.decode(WithData.self, from: data) == value)
+        #expect(FastJSON.decode(Data.self, from: try codec.encode(Data([1]))) == nil)
+    }
+
+    struct Lenient: Decodable, Equatable {
+        var n: Int
+        var source: String
+
+        enum CodingKeys: String, CodingKey { case n }
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            if let n = try? container.decode(Int.self, forKey: .n) {
+                (self.n, source) = (n, "int")
+            } else if let n = try? container.decode(Double.self, forKey: .n) {
+                (self.n, source) = (Int(n.rounded()), "double")
+            } else {
+                (self.n, source) = (-1, "none")
+            }
+        }
+    }
+
+    struct Plain: Codable, Equatable {
+        var a: Int
+        var b: String?
+    }
+
+    /// Hand-written documents: whatever Foundation answers (a value or an error), the codec
+    /// answers the same, including for a type whose `init(from:)` catches errors and tries
+    /// something else.
+    @Test func handWrittenDocumentsGiveFoundationsAnswer() throws {
+        let codec = JSONValueCodec()
+        func same<T: Decodable & Equatable>(_ json: String, as type: T.Type, fast: Bool? = nil) {
+            let data = Data(json.utf8)
+            let theirs = Result { try JSONDecoder().decode(T.self, from: data) }
+            let ours = Result { try codec.decode(T.self, from: data) }
+            switch (theirs, ours) {
+            case (.success(let a), .success(let b)): #expect(a == b, "\(json)")
+            case (.failure(let a), .failure(let b)):
+                #expect(String(describing: a) == String(describing: b), "\(json)")
+            default: Issue.record("\(json): Foundation \(theirs), SnapshotDB \(ours)")
+            }
+            if let fast { #expect((FastJSON.decode(T.self, from: data) != nil) == fast, "\(json)") }
+        }
+        same(#" { "a" : 1 , "b" : "x" } "#, as: Plain.self, fast: true)
+        same(#"{"a":1}"#, as: Plain.self, fast: true)
+        same(#"{"a":1,"b":null}"#, as: Plain.self, fast: true)
+        same(#"{"a":-0,"b":"\u00e9\ud83d\ude00\/\"\\\b\f\n\r\t"}"#, as: Plain.self, fast: true)
+        same(#"{"a":1,"b":"x","extra":[1,{"deep":[true,false,null]}]}"#, as: Plain.self, fast: true)
+        same(#"{"a":1.0}"#, as: Plain.self, fast: false)
+        same(#"{"a":1e2}"#, as: Plain.self, fast: false)
+        same(#"{"a":1.5}"#, as: Plain.self, fast: false)
+        same(#"{"a":01}"#, as: Plain.self, fast: false)
+        same(#"{"a":9223372036854775808}"#, as: Plain.self, fast: false)
+        same(#"{"a":"1"}"#, as: Plain.self, fast: false)
+        same(#"{"a":null}"#, as: Plain.self, fast: false)
+        same(#"{"b":"x"}"#, as: Plain.self, fast: false)
+        same(#"{"a":1,"a":2}"#, as: Plain.self, fast: false)
+        same(#"{"a":1} x"#, as: Plain.self, fast: false)
+        same(#"{"a":1,}"#, as: Plain.self, fast: false)
+        same(#"{"a":1,"b":"\ud800"}"#, as: Plain.self, fast: false)
+        same(#"{"a":1,"b":"\x"}"#, as: Plain.self, fast: false)
+        same("{\"a\":1,\"b\":\"tab\tinside\"}", as: Plain.self, fast: false)
+        same(#"{"a":1,"b":"unterminated}"#, as: Plain.self, fast: false)
+        same(#"{"a":tru}"#, as: Plain.self, fast: false)
+        same(#"[1,2]"#, as: Plain.self, fast: false)
+        same(#""#, as: Plain.self, fast: false)
+        same(#"{"n":3}"#, as: Lenient.self, fast: true)
+        same(#"{"n":2.6}"#, as: Lenient.self, fast: false)
+        same(#"{"n":"x"}"#, as: Lenient.self, fast: false)
+        same(#"[1,2,3]"#, as: [Int].self, fast: true)
+        same(#"[1,null]"#, as: [Int?].self, fast: true)
+        same(#"{"x":1.5,"y":-2}"#, as: [String: Double].self, fast: true)
+        same(#""plain""#, as: String.self, fast: true)
+        same(#"42"#, as: Int.self, fast: true)
+        same(#"300"#, as: Int8.self, fast: false)
+        same(#"-1"#, as: UInt.self, fast: false)
+        same(#"1e400"#, as: Double.self, fast: false)
+        same(#"true"#, as: Bool.self, fast: true)
+        same(
+            String(repeating: "[", count: 300) + String(repeating: "]", count: 300), as: [Int].self,
+            fast: false)
+        // Invalid UTF-8 inside a string.
+        var invalid = Data(#"{"a":1,"b":""#.utf8)
+        invalid.append(contentsOf: [0xC3, 0x28])
+        invalid.append(contentsOf: Data(#""}"#.utf8))
+        let theirs = Result { try JSONDecoder().decode(Plain.self, from: invalid) }
+        let ours = Result { try codec.decode(Plain.self, from: invalid) }
+        #expect(String(describing: theirs) == String(describing: ours))
+    }
+}
