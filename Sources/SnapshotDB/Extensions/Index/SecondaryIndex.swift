@@ -57,8 +57,8 @@ public struct SecondaryIndex<Value: Decodable & Sendable>: ExtensionDefinition {
         var sql =
             "CREATE TABLE \(table.name)(id INTEGER PRIMARY KEY, collection TEXT NOT NULL, key TEXT NOT NULL"
         for column in columns { sql += ", \"\(column.name)\" \(column.sqlType)" }
-        sql += "); CREATE UNIQUE INDEX \(context.tablePrefix)item ON \(table.name)(collection, key);"
-        try context.handle.execute(sql + table.createColumnIndexes)
+        sql += ");"
+        try context.handle.execute(sql + table.createItemIndex + table.createColumnIndexes)
     }
 
     func makeWriter(_ context: ExtensionContext) -> any ExtensionWriter {
@@ -141,6 +141,17 @@ struct IndexTable {
             + "ON CONFLICT(collection, key) DO UPDATE SET \(updates)"
     }
 
+    /// Inserts an item's row into a table that has none for it (a rebuild).
+    var insert: String {
+        let names = columns.map { "\"\($0.name)\"" }.joined(separator: ", ")
+        let parameters = columns.indices.map { "?\($0 + 3)" }.joined(separator: ", ")
+        return "INSERT INTO \(name)(collection, key, \(names)) VALUES (?1, ?2, \(parameters))"
+    }
+
+    /// The unique index of the items, dropped while a rebuild fills the table and made after
+    /// (one sort instead of one B-tree insert per item).
+    var createItemIndex: String { "CREATE UNIQUE INDEX \(prefix)item ON \(name)(collection, key);" }
+
     /// An item's current columns.
     var current: String {
         let names = columns.map { "\"\($0.name)\"" }.joined(separator: ", ")
@@ -170,7 +181,9 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
             return
         }
         if !rebuilding, try isStored(columns, key: key, collection: collection) { return }
-        let upsert = try context.handle.cachedStatement(table.upsert)
+        // A rebuild fills an empty table, one row per item: a plain insert, with no conflict
+        // to look for.
+        let upsert = try context.handle.cachedStatement(rebuilding ? table.insert : table.upsert)
         try upsert.bind(collection, at: 1)
         try upsert.bind(key, at: 2)
         for (offset, column) in index.columns.enumerated() {
@@ -233,7 +246,8 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
     func beginRebuild() throws(DatabaseError) {
         // Filling the table first and creating each SQLite index after it sorts once per index,
         // instead of one random B-tree insert per value and index.
-        try context.handle.execute("DELETE FROM \(table.name);" + table.dropColumnIndexes)
+        try context.handle.execute(
+            "DELETE FROM \(table.name); DROP INDEX IF EXISTS \(table.prefix)item;" + table.dropColumnIndexes)
         rebuilding = true
     }
 
@@ -243,7 +257,7 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
 
     func endRebuild() throws(DatabaseError) {
         rebuilding = false
-        try context.handle.execute(table.createColumnIndexes)
+        try context.handle.execute(table.createItemIndex + table.createColumnIndexes)
     }
 
     func finish() throws(DatabaseError) -> (any Sendable)? { nil }

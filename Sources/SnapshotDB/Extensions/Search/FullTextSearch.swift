@@ -168,6 +168,9 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
 
     func beginRebuild() throws(DatabaseError) {
         try willRemoveAllCollections()
+        // The map's unique index is made after the rows (one sort instead of one B-tree insert
+        // per item), as an index build makes its column indexes.
+        try context.handle.execute("DROP INDEX IF EXISTS \(prefix)map_item")
         rebuilding = true
     }
 
@@ -175,7 +178,10 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
         try store(data, key: key, collection: collection)
     }
 
-    func endRebuild() throws(DatabaseError) { rebuilding = false }
+    func endRebuild() throws(DatabaseError) {
+        rebuilding = false
+        try context.handle.execute("CREATE UNIQUE INDEX \(prefix)map_item ON \(prefix)map(collection, key)")
+    }
 
     func finish() throws(DatabaseError) -> (any Sendable)? { nil }
 }
