@@ -146,7 +146,7 @@ struct RunCommand: ParsableCommand {
         let database = try Database(path: path, configuration: configuration)
         // A view over the accounts, kept by every transfer; readers check it at each advance.
         // Registered before the bank is set up: every commit after the setup is one transfer.
-        try database.register(ViewChecks.view)
+        try database.register(ViewChecks.views)
         try database.register(LitestreamRounds.index)
         let bank = try Bank.open(database.newConnection(name: "setup"), accounts: accounts)
         // The commit the workload starts from (the setup, or an earlier run's last commit).

@@ -499,6 +499,9 @@ enum FastJSON {
         func decode(_ type: UInt16.Type, forKey key: Key) throws -> UInt16 { try integer(key) }
         func decode(_ type: UInt32.Type, forKey key: Key) throws -> UInt32 { try integer(key) }
         func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 { try integer(key) }
+        // 128-bit integers: Foundation's own rules (and the protocol's default throws otherwise).
+        func decode(_ type: Int128.Type, forKey key: Key) throws -> Int128 { throw document.fallBack() }
+        func decode(_ type: UInt128.Type, forKey key: Key) throws -> UInt128 { throw document.fallBack() }
 
         private func integer<I: FixedWidthInteger>(_ key: Key) throws(Fallback) -> I {
             try document.integer(try value(key), as: I.self)
@@ -610,6 +613,9 @@ enum FastJSON {
             try document.integer(try next(), as: UInt64.self)
         }
 
+        mutating func decode(_ type: Int128.Type) throws -> Int128 { throw document.fallBack() }
+        mutating func decode(_ type: UInt128.Type) throws -> UInt128 { throw document.fallBack() }
+
         mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
             let path = codingPath + [IndexKey(index: currentIndex)]
             return try document.decode(T.self, at: try next(), codingPath: path)
@@ -651,6 +657,8 @@ enum FastJSON {
         func decode(_ type: UInt16.Type) throws -> UInt16 { try document.integer(index, as: UInt16.self) }
         func decode(_ type: UInt32.Type) throws -> UInt32 { try document.integer(index, as: UInt32.self) }
         func decode(_ type: UInt64.Type) throws -> UInt64 { try document.integer(index, as: UInt64.self) }
+        func decode(_ type: Int128.Type) throws -> Int128 { throw document.fallBack() }
+        func decode(_ type: UInt128.Type) throws -> UInt128 { throw document.fallBack() }
 
         func decode<T: Decodable>(_ type: T.Type) throws -> T {
             try document.decode(T.self, at: index, codingPath: codingPath)

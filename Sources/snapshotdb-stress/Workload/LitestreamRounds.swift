@@ -179,7 +179,7 @@ final class LitestreamRounds: @unchecked Sendable {
             configuration.checkpointLogger = logger
             let copy = try Database(path: probePath, configuration: configuration)
             defer { try? copy.close() }
-            try copy.register(ViewChecks.view)
+            try copy.register(ViewChecks.views)
             try copy.register(Self.index)
             let problems = try copy.newConnection(name: "restore-check").read { txn -> [String] in
                 var problems = try Bank.audit(txn)
@@ -188,10 +188,14 @@ final class LitestreamRounds: @unchecked Sendable {
                         forKey: Bank.infoKey, inCollection: Bank.metaCollection, as: BankInfo.self)
                 else { return problems }
                 let balances = try Bank.balances(in: txn, bank: bank, enumerated: true)
-                let view = try txn.view(named: ViewChecks.name)
-                let rows = Dictionary(uniqueKeysWithValues: view.groups.map { ($0, view.items(inGroup: $0)) })
-                if rows != ViewChecks.expectedRows(balances) {
-                    problems.append("the view is not the accounts sorted by balance at commit \(txn.commit)")
+                for name in ViewChecks.names {
+                    let view = try txn.view(named: name)
+                    let rows = Dictionary(
+                        uniqueKeysWithValues: view.groups.map { ($0, view.items(inGroup: $0)) })
+                    if rows != ViewChecks.expectedRows(balances) {
+                        problems.append(
+                            "the view \(name) is not the accounts sorted by balance at commit \(txn.commit)")
+                    }
                 }
                 let below = try txn.index(named: Self.indexName).keys(
                     where: "balance < ?", [.integer(Int(Bank.initialBalance))])

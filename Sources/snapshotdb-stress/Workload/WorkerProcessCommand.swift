@@ -44,7 +44,7 @@ struct WorkerProcessCommand: ParsableCommand {
         configuration.checkpointThresholdPages = checkpointPages
         configuration.busyTimeout = Self.busyTimeout
         let database = try Database(path: db, configuration: configuration)
-        try database.register(ViewChecks.view)
+        try database.register(ViewChecks.views)
         try database.register(LitestreamRounds.index)
         guard let bank = try Bank.load(database.newConnection(name: "worker-setup-\(index)")) else {
             throw StressError("\(db) holds no bank")
