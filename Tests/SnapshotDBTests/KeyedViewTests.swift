@@ -281,6 +281,19 @@ struct KeyedViewTests {
                 rows == [
                     .insert(ViewItem(collection: "notes", key: "b"), at: ViewIndex(group: "inbox", index: 1))
                 ])
+            // The same search over a closure parent, same versions: another table format, so
+            // the view is rebuilt (its pages hold no keys now) and reads in the closure's order.
+            let descending = View<Note>(
+                name: "byTitle", version: "1", collections: ["notes"],
+                group: { _, _, note in note.archived ? nil : note.folder },
+                areInIncreasingOrder: { $0.title > $1.title })
+            try db.register(
+                SearchResultsView(
+                    name: "found", parent: descending, search: search, version: "1", query: "swift"))
+            #expect(
+                try writer.read { try $0.view(named: "found").items(inGroup: "inbox").map(\.key) } == [
+                    "a", "d", "b", "c",
+                ])
         }
     }
 }

@@ -30,7 +30,7 @@ enum FastJSON {
         let document = Document(data)
         do {
             let root = try document.root()
-            let value = try document.decode(T.self, at: root, codingPath: [])
+            let value = try document.decode(T.self, at: root, path: CodingPath())
             return document.mustFallBack ? nil : value
         } catch {
             return nil
@@ -44,6 +44,17 @@ enum FastJSON {
 
     /// The error that sends a value to Foundation.
     struct Fallback: Error {}
+
+    /// A coding path, kept as its parent's path and its last key until someone asks for it
+    /// (decoding a nested value then makes no array).
+    struct CodingPath {
+        var prefix: [any CodingKey] = []
+        var last: (any CodingKey)?
+
+        var array: [any CodingKey] { last.map { prefix + [$0] } ?? prefix }
+
+        func appending(_ key: any CodingKey) -> CodingPath { CodingPath(prefix: array, last: key) }
+    }
 
     /// An array element's place in a coding path.
     struct IndexKey: CodingKey {
@@ -159,6 +170,44 @@ enum FastJSON {
             }
         }
 
+        /// The end of the value at `index`, in a document ``root()`` checked: strings to their
+        /// closing quote, containers to their closing bracket, without checking again.
+        func skipValue(_ index: Int) -> Int {
+            switch bytes[index] {
+            case UInt8(ascii: "\""):
+                var at = index + 1
+                while bytes[at] != UInt8(ascii: "\"") { at += bytes[at] == UInt8(ascii: "\\") ? 2 : 1 }
+                return at + 1
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                var depth = 0
+                var at = index
+                repeat {
+                    switch bytes[at] {
+                    case UInt8(ascii: "\""):
+                        at = skipValue(at)
+                        continue
+                    case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
+                    case UInt8(ascii: "}"), UInt8(ascii: "]"): depth -= 1
+                    default: break
+                    }
+                    at += 1
+                } while depth > 0
+                return at
+            default:
+                // A number or a literal: letters, digits, signs and points.
+                var at = index
+                while true {
+                    switch bytes[at] {
+                    case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                        UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "+"), UInt8(ascii: "-"),
+                        UInt8(ascii: "."):
+                        at += 1
+                    default: return at
+                    }
+                }
+            }
+        }
+
         private func literalEnd(_ index: Int, _ literal: StaticString) throws(Fallback) -> Int {
             let length = literal.utf8CodeUnitCount
             guard index + length <= count, memcmp(bytes + index, literal.utf8Start, length) == 0 else {
@@ -240,6 +289,7 @@ enum FastJSON {
         func members(_ index: Int) throws(Fallback) -> [Member] {
             guard bytes[index] == UInt8(ascii: "{") else { throw fallBack() }
             var members: [Member] = []
+            members.reserveCapacity(8)
             var at = skipSpace(index + 1)
             if bytes[at] == UInt8(ascii: "}") { return members }
             while true {
@@ -254,7 +304,7 @@ enum FastJSON {
                     keyStart: at + 1, keyEnd: keyEnd - 1, value: value, key: plain ? nil : try string(at))
                 for other in members where sameKey(other, member) { throw fallBack() }
                 members.append(member)
-                at = skipSpace(try valueEnd(value, depth: 1))
+                at = skipSpace(skipValue(value))
                 if bytes[at] == UInt8(ascii: "}") { return members }
                 at = skipSpace(at + 1)
                 if members.count > 64 { throw fallBack() }
@@ -269,7 +319,7 @@ enum FastJSON {
             if bytes[at] == UInt8(ascii: "]") { return elements }
             while true {
                 elements.append(at)
-                at = skipSpace(try valueEnd(at, depth: 1))
+                at = skipSpace(skipValue(at))
                 if bytes[at] == UInt8(ascii: "]") { return elements }
                 at = skipSpace(at + 1)
             }
@@ -296,9 +346,13 @@ enum FastJSON {
         /// The member whose key is `key`: plain keys by their bytes, others as strings.
         func find(_ key: some CodingKey, in members: [Member]) -> Int? {
             let name = key.stringValue
-            let isASCII = name.utf8.allSatisfy { $0 < 0x80 }
             var bytesOfName = name
             return bytesOfName.withUTF8 { utf8 in
+                var isASCII = true
+                for byte in utf8 where byte >= 0x80 {
+                    isASCII = false
+                    break
+                }
                 for member in members {
                     if isASCII, member.key == nil {
                         let length = member.keyEnd - member.keyStart
@@ -333,6 +387,13 @@ enum FastJSON {
             let (end, escaped) = try stringEnd(index)
             let raw = UnsafeBufferPointer(start: bytes + index + 1, count: end - index - 2)
             if !escaped {
+                // ASCII is valid UTF-8: no validation pass.
+                var ascii = true
+                for byte in raw where byte >= 0x80 {
+                    ascii = false
+                    break
+                }
+                if ascii { return String(decoding: raw, as: UTF8.self) }
                 guard let string = String(validating: raw, as: UTF8.self) else { throw fallBack() }
                 return string
             }
@@ -390,46 +451,70 @@ enum FastJSON {
         /// An integer written as one (an integer with a fraction or exponent, or one out of
         /// range, goes to Foundation, whose rules for those are its own).
         func integer<I: FixedWidthInteger>(_ index: Int, as type: I.Type) throws(Fallback) -> I {
+            let (negative, magnitude) = try digits(index)
+            if negative {
+                // -2^63 is the one magnitude past Int64.max.
+                guard I.isSigned, magnitude <= UInt64(Int64.max) + 1 else { throw fallBack() }
+                let value = magnitude == UInt64(Int64.max) + 1 ? Int64.min : -Int64(magnitude)
+                guard let result = I(exactly: value) else { throw fallBack() }
+                return result
+            }
+            guard let result = I(exactly: magnitude) else { throw fallBack() }
+            return result
+        }
+
+        /// An `Int` (the common case, without the generic conversion).
+        func int(_ index: Int) throws(Fallback) -> Int {
+            let (negative, magnitude) = try digits(index)
+            if negative {
+                guard magnitude <= UInt64(Int.max) + 1 else { throw fallBack() }
+                return magnitude == UInt64(Int.max) + 1 ? Int.min : -Int(magnitude)
+            }
+            guard magnitude <= UInt64(Int.max) else { throw fallBack() }
+            return Int(magnitude)
+        }
+
+        /// The sign and magnitude of an integer written as one.
+        private func digits(_ index: Int) throws(Fallback) -> (negative: Bool, magnitude: UInt64) {
             let (end, isInteger) = try numberEnd(index)
             guard isInteger else { throw fallBack() }
             var at = index
             let negative = bytes[at] == UInt8(ascii: "-")
-            if negative {
-                guard I.isSigned else { throw fallBack() }
-                at += 1
-            }
-            var value: I = 0
+            if negative { at += 1 }
+            var magnitude: UInt64 = 0
             while at < end {
-                let digit = I(bytes[at] - UInt8(ascii: "0"))
-                let (times, overflow) = value.multipliedReportingOverflow(by: 10)
-                let (next, overflow2) =
-                    negative
-                    ? times.subtractingReportingOverflow(digit) : times.addingReportingOverflow(digit)
+                let (times, overflow) = magnitude.multipliedReportingOverflow(by: 10)
+                let (next, overflow2) = times.addingReportingOverflow(UInt64(bytes[at] - UInt8(ascii: "0")))
                 guard !overflow, !overflow2 else { throw fallBack() }
-                value = next
+                magnitude = next
                 at += 1
             }
-            return value
+            return (negative, magnitude)
         }
 
         /// A finite `Double`, by Swift's correctly rounded, locale-independent parser.
         func double(_ index: Int) throws(Fallback) -> Double {
-            let (end, _) = try numberEnd(index)
+            let (end, isInteger) = try numberEnd(index)
             let text = String(
                 decoding: UnsafeBufferPointer(start: bytes + index, count: end - index), as: UTF8.self)
             guard let value = Double(text), value.isFinite else { throw fallBack() }
+            // Foundation takes a zero only from digits it reads as zero (and refuses "0e1" and an
+            // underflow such as "1e-400"): a zero written with a fraction or exponent is its call.
+            if value == 0 && !isInteger { throw fallBack() }
             return value
         }
 
         /// `T` at `index`: plain types parsed in place, others through their `init(from:)`.
-        func decode<T: Decodable>(_ type: T.Type, at index: Int, codingPath: [any CodingKey]) throws -> T {
+        func decode<T: Decodable>(_ type: T.Type, at index: Int, path: @autoclosure () -> CodingPath) throws
+            -> T
+        {
             // The same type: a bit cast, not a dynamic cast.
             if T.self == String.self { return unsafeBitCast(try string(index), to: T.self) }
-            if T.self == Int.self { return unsafeBitCast(try integer(index, as: Int.self), to: T.self) }
+            if T.self == Int.self { return unsafeBitCast(try int(index), to: T.self) }
             if T.self == Double.self { return unsafeBitCast(try double(index), to: T.self) }
             if T.self == Bool.self { return unsafeBitCast(try bool(index), to: T.self) }
             if FastJSON.isSpecial(T.self) { throw fallBack() }
-            return try T(from: ValueDecoder(document: self, at: index, codingPath: codingPath))
+            return try T(from: ValueDecoder(document: self, at: index, path: path()))
         }
     }
 
@@ -437,35 +522,46 @@ enum FastJSON {
     final class ValueDecoder: Decoder {
         let document: Document
         let index: Int
-        let codingPath: [any CodingKey]
+        let path: CodingPath
+        var codingPath: [any CodingKey] { path.array }
         var userInfo: [CodingUserInfoKey: Any] { [:] }
 
-        init(document: Document, at index: Int, codingPath: [any CodingKey]) {
+        init(document: Document, at index: Int, path: CodingPath) {
             self.document = document
             self.index = index
-            self.codingPath = codingPath
+            self.path = path
         }
 
         func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
             KeyedDecodingContainer(
-                Keyed<Key>(document: document, members: try document.members(index), codingPath: codingPath))
+                Keyed<Key>(document: document, members: try document.members(index), path: path))
         }
 
         func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
-            Unkeyed(document: document, elements: try document.elements(index), codingPath: codingPath)
+            Unkeyed(document: document, elements: try document.elements(index), path: path)
         }
 
         func singleValueContainer() throws -> any SingleValueDecodingContainer {
-            Single(document: document, index: index, codingPath: codingPath)
+            Single(document: document, index: index, path: path)
         }
     }
 
     struct Keyed<Key: CodingKey>: KeyedDecodingContainerProtocol {
         let document: Document
         let members: [Member]
-        let codingPath: [any CodingKey]
+        let path: CodingPath
+        var codingPath: [any CodingKey] { path.array }
 
-        var allKeys: [Key] { members.compactMap { Key(stringValue: document.keyString($0)) } }
+        var allKeys: [Key] {
+            let keys = members.compactMap { Key(stringValue: document.keyString($0)) }
+            // Two members that are one integer key ("1" and "01" of a `[Int: V]`) leave the
+            // winner to the order of Foundation's dictionary of members: its call.
+            var integers: Set<Int> = []
+            for key in keys {
+                if let integer = key.intValue, !integers.insert(integer).inserted { _ = document.fallBack() }
+            }
+            return keys
+        }
 
         func contains(_ key: Key) -> Bool { document.find(key, in: members) != nil }
 
@@ -489,7 +585,7 @@ enum FastJSON {
             try document.double(try value(key))
         }
         func decode(_ type: Float.Type, forKey key: Key) throws -> Float { throw document.fallBack() }
-        func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try integer(key) }
+        func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try document.int(try value(key)) }
         func decode(_ type: Int8.Type, forKey key: Key) throws -> Int8 { try integer(key) }
         func decode(_ type: Int16.Type, forKey key: Key) throws -> Int16 { try integer(key) }
         func decode(_ type: Int32.Type, forKey key: Key) throws -> Int32 { try integer(key) }
@@ -508,7 +604,7 @@ enum FastJSON {
         }
 
         func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
-            try document.decode(T.self, at: try value(key), codingPath: codingPath + [key])
+            try document.decode(T.self, at: try value(key), path: path.appending(key))
         }
 
         func decodeIfPresent(_ type: String.Type, forKey key: Key) throws -> String? {
@@ -524,23 +620,23 @@ enum FastJSON {
         }
 
         func decodeIfPresent(_ type: Int.Type, forKey key: Key) throws -> Int? {
-            try present(key).map { (index) throws(Fallback) in try document.integer(index, as: Int.self) }
+            try present(key).map { (index) throws(Fallback) in try document.int(index) }
         }
 
         func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
             guard let index = present(key) else { return nil }
-            return try document.decode(T.self, at: index, codingPath: codingPath + [key])
+            return try document.decode(T.self, at: index, path: path.appending(key))
         }
 
         func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws
             -> KeyedDecodingContainer<NestedKey>
         {
-            try ValueDecoder(document: document, at: try value(key), codingPath: codingPath + [key])
+            try ValueDecoder(document: document, at: try value(key), path: path.appending(key))
                 .container(keyedBy: NestedKey.self)
         }
 
         func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
-            try ValueDecoder(document: document, at: try value(key), codingPath: codingPath + [key])
+            try ValueDecoder(document: document, at: try value(key), path: path.appending(key))
                 .unkeyedContainer()
         }
 
@@ -551,13 +647,14 @@ enum FastJSON {
     struct Unkeyed: UnkeyedDecodingContainer {
         let document: Document
         let elements: [Int]
-        let codingPath: [any CodingKey]
+        let path: CodingPath
+        var codingPath: [any CodingKey] { path.array }
         private(set) var currentIndex = 0
 
-        init(document: Document, elements: [Int], codingPath: [any CodingKey]) {
+        init(document: Document, elements: [Int], path: CodingPath) {
             self.document = document
             self.elements = elements
-            self.codingPath = codingPath
+            self.path = path
         }
 
         var count: Int? { elements.count }
@@ -567,6 +664,13 @@ enum FastJSON {
             guard currentIndex < elements.count else { throw document.fallBack() }
             defer { currentIndex += 1 }
             return elements[currentIndex]
+        }
+
+        mutating func decodeIfPresent<T: Decodable>(_ type: T.Type) throws -> T? {
+            // Past the end, Foundation has its own rule for the index: its call.
+            guard currentIndex < elements.count else { throw document.fallBack() }
+            if try decodeNil() { return nil }
+            return try decode(T.self)
         }
 
         mutating func decodeNil() throws -> Bool {
@@ -583,7 +687,7 @@ enum FastJSON {
         mutating func decode(_ type: Double.Type) throws -> Double { try document.double(try next()) }
         mutating func decode(_ type: Float.Type) throws -> Float { throw document.fallBack() }
         mutating func decode(_ type: Int.Type) throws -> Int {
-            try document.integer(try next(), as: Int.self)
+            try document.int(try next())
         }
         mutating func decode(_ type: Int8.Type) throws -> Int8 {
             try document.integer(try next(), as: Int8.self)
@@ -617,21 +721,21 @@ enum FastJSON {
         mutating func decode(_ type: UInt128.Type) throws -> UInt128 { throw document.fallBack() }
 
         mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
-            let path = codingPath + [IndexKey(index: currentIndex)]
-            return try document.decode(T.self, at: try next(), codingPath: path)
+            let index = currentIndex
+            return try document.decode(T.self, at: try next(), path: path.appending(IndexKey(index: index)))
         }
 
         mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws
             -> KeyedDecodingContainer<NestedKey>
         {
-            let path = codingPath + [IndexKey(index: currentIndex)]
-            return try ValueDecoder(document: document, at: try next(), codingPath: path)
+            let path = path.appending(IndexKey(index: currentIndex))
+            return try ValueDecoder(document: document, at: try next(), path: path)
                 .container(keyedBy: NestedKey.self)
         }
 
         mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
-            let path = codingPath + [IndexKey(index: currentIndex)]
-            return try ValueDecoder(document: document, at: try next(), codingPath: path).unkeyedContainer()
+            let path = path.appending(IndexKey(index: currentIndex))
+            return try ValueDecoder(document: document, at: try next(), path: path).unkeyedContainer()
         }
 
         mutating func superDecoder() throws -> any Decoder { throw document.fallBack() }
@@ -640,14 +744,15 @@ enum FastJSON {
     struct Single: SingleValueDecodingContainer {
         let document: Document
         let index: Int
-        let codingPath: [any CodingKey]
+        let path: CodingPath
+        var codingPath: [any CodingKey] { path.array }
 
         func decodeNil() -> Bool { document.isNull(index) }
         func decode(_ type: Bool.Type) throws -> Bool { try document.bool(index) }
         func decode(_ type: String.Type) throws -> String { try document.string(index) }
         func decode(_ type: Double.Type) throws -> Double { try document.double(index) }
         func decode(_ type: Float.Type) throws -> Float { throw document.fallBack() }
-        func decode(_ type: Int.Type) throws -> Int { try document.integer(index, as: Int.self) }
+        func decode(_ type: Int.Type) throws -> Int { try document.int(index) }
         func decode(_ type: Int8.Type) throws -> Int8 { try document.integer(index, as: Int8.self) }
         func decode(_ type: Int16.Type) throws -> Int16 { try document.integer(index, as: Int16.self) }
         func decode(_ type: Int32.Type) throws -> Int32 { try document.integer(index, as: Int32.self) }
@@ -661,7 +766,7 @@ enum FastJSON {
         func decode(_ type: UInt128.Type) throws -> UInt128 { throw document.fallBack() }
 
         func decode<T: Decodable>(_ type: T.Type) throws -> T {
-            try document.decode(T.self, at: index, codingPath: codingPath)
+            try document.decode(T.self, at: index, path: path)
         }
     }
 }

@@ -76,7 +76,9 @@ public struct SearchResultsView<Value: Decodable & Sendable>: ExtensionDefinitio
     }
 
     var kind: String { "view" }
-    var tableFormat: String { ViewPages.tableFormat }
+    /// The parent's: a keyed parent's pages hold sort keys (a parent changing between a key
+    /// and a closure changes the format, which rebuilds this view too).
+    var tableFormat: String { parent.tableFormat }
 
     var dependencies: [String] { [searchName] }
 

@@ -79,10 +79,11 @@ struct PageItems: Equatable {
         }
     }
 
-    /// Where the sort key of the item at `index` starts.
+    /// Where the sort key of the item at `index` starts: past its collection and key, found by
+    /// their lengths (no string is made).
     private func keyOffset(_ index: Int, _ buffer: UnsafeRawBufferPointer) -> Int {
         precondition(keyed, "a sort key asked of a page of a view without keys")
-        return Self.item(buffer, at: offsets[index])!.next
+        return offsets[index] + Self.itemSize(buffer, at: offsets[index])
     }
 
     func firstIndex(of item: ViewItem) -> Int? {
