@@ -1,8 +1,10 @@
 internal import Foundation
 
-/// A decoder for the JSON that ``JSONValueCodec`` stores, about four times cheaper than
-/// Foundation's `JSONDecoder` on small records (callgrind: see the CHANGELOG), which it stands in
-/// front of and never contradicts.
+/// A decoder for the JSON that ``JSONValueCodec`` stores, in front of Foundation's `JSONDecoder`,
+/// which it never contradicts. On a record of five fields with an array of two strings it takes
+/// 1.5–1.7 µs where `JSONDecoder` takes 4.1–4.9 µs (2026-11-25, release build, this machine);
+/// the cost left is mostly the `Decoder` protocol's own: generic metadata lookups, the boxed
+/// keyed container, and the array the record's `init(from:)` appends to.
 ///
 /// Decoding values is the CPU cost of reads, of view upkeep and of every extension build, and
 /// most of a `JSONDecoder` call is its generic machinery: it scans the whole document into a map
