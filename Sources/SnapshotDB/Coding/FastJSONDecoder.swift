@@ -16,11 +16,13 @@ internal import Foundation
 /// certain: objects, arrays, `null`, `true`/`false`, strings (with every JSON escape),
 /// integers written as integers, and `Double`s (parsed by Swift's locale-independent parser,
 /// correctly rounded as Foundation's). Anything else sets ``Document/mustFallBack`` and throws:
-/// a `Float` (whose rounding path differs), an integer written with a fraction or exponent,
-/// `Data`, `URL` and `Decimal` (which `JSONDecoder` decodes its own way), duplicate keys
-/// (compared as Swift compares strings, so `"é"` and `"e\u{301}"` are duplicates, as they are
-/// for Foundation's dictionary of members), `superDecoder`, a missing key, a type mismatch, invalid JSON, or any error
-/// the value's own `init(from:)` throws. When that flag is set, the value is decoded again by
+/// a `Float` (whose rounding path differs), an integer written with a fraction or exponent, a
+/// zero `Double` written with one (Foundation refuses `0e1` and underflows), `Data`, `URL` and
+/// `Decimal` (which `JSONDecoder` decodes its own way), duplicate keys (compared as Swift
+/// compares strings, so `"é"` and `"e\u{301}"` are duplicates, as they are for Foundation's
+/// dictionary of members), two keys that are one integer key (`"1"` and `"01"`), an object of
+/// more than 64 members, `superDecoder`, a missing key, a type mismatch, invalid JSON, or any
+/// error the value's own `init(from:)` throws. When that flag is set, the value is decoded again by
 /// Foundation, whose result or error is the answer, even if the value's `init(from:)` caught
 /// the error and went on (a `try?` must not take another branch here than under Foundation).
 /// So a value that decodes through an unusual path costs both decoders; a value of plain fields
