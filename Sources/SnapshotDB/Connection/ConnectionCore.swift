@@ -238,22 +238,20 @@ final class ConnectionCore: @unchecked Sendable {
         _ body: (ReadTransaction) throws -> T, in transaction: ReadTransaction,
         interruption: ReadInterruption?
     ) throws -> T {
-        guard let interruption else {
-            let result = try body(transaction)
-            // A view's non-throwing reads record what they met: the read must not return as if
-            // they had answered.
-            if let recorded = transaction.takeRecordedFailure() { throw recorded }
-            return result
-        }
         let result: T
-        do {
-            result = try handle().checking(interruption) { try body(transaction) }
-        } catch {
-            throw interruption.explain(error, connection: name)
+        if let interruption {
+            do {
+                result = try handle().checking(interruption) { try body(transaction) }
+            } catch {
+                throw interruption.explain(error, connection: name)
+            }
+            // Some reads record an error and return an empty answer (a view's `items(inGroup:)`):
+            // a read SQLite stopped must not return as if it had finished.
+            if let stopped = interruption.stopped(connection: name) { throw stopped }
+        } else {
+            result = try body(transaction)
         }
-        // Some reads record an error and return an empty answer (a view's `items(inGroup:)`):
-        // a read SQLite stopped must not return as if it had finished.
-        if let stopped = interruption.stopped(connection: name) { throw stopped }
+        // Nor as if a view's non-throwing reads had answered when they recorded an error.
         if let recorded = transaction.takeRecordedFailure() { throw recorded }
         return result
     }

@@ -152,6 +152,8 @@ struct IndexTable {
     /// (one sort instead of one B-tree insert per item).
     var createItemIndex: String { "CREATE UNIQUE INDEX \(prefix)item ON \(name)(collection, key);" }
 
+    var dropItemIndex: String { " DROP INDEX IF EXISTS \(prefix)item;" }
+
     /// An item's current columns.
     var current: String {
         let names = columns.map { "\"\($0.name)\"" }.joined(separator: ", ")
@@ -247,7 +249,7 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
         // Filling the table first and creating each SQLite index after it sorts once per index,
         // instead of one random B-tree insert per value and index.
         try context.handle.execute(
-            "DELETE FROM \(table.name); DROP INDEX IF EXISTS \(table.prefix)item;" + table.dropColumnIndexes)
+            "DELETE FROM \(table.name);" + table.dropItemIndex + table.dropColumnIndexes)
         rebuilding = true
     }
 

@@ -50,8 +50,12 @@ public struct FullTextSearch<Value: Decodable & Sendable>: ExtensionDefinition {
             """
             CREATE VIRTUAL TABLE \(prefix)fts USING fts5(\(names));
             CREATE TABLE \(prefix)map(id INTEGER PRIMARY KEY, collection TEXT NOT NULL, key TEXT NOT NULL);
-            CREATE UNIQUE INDEX \(prefix)map_item ON \(prefix)map(collection, key);
-            """)
+            """ + Self.createMapIndex(prefix: prefix))
+    }
+
+    /// The map's unique index of the items (made after the rows by a rebuild).
+    static func createMapIndex(prefix: String) -> String {
+        "CREATE UNIQUE INDEX \(prefix)map_item ON \(prefix)map(collection, key);"
     }
 
     func makeWriter(_ context: ExtensionContext) -> any ExtensionWriter {
@@ -180,7 +184,7 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
 
     func endRebuild() throws(DatabaseError) {
         rebuilding = false
-        try context.handle.execute("CREATE UNIQUE INDEX \(prefix)map_item ON \(prefix)map(collection, key)")
+        try context.handle.execute(FullTextSearch<Value>.createMapIndex(prefix: prefix))
     }
 
     func finish() throws(DatabaseError) -> (any Sendable)? { nil }

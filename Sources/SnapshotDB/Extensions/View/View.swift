@@ -286,8 +286,17 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
     /// Whether the encoded key `lhs` of `lhsItem` sorts before `rhs` of `rhsItem`: the keys'
     /// bytes, then the items.
     static func less(_ lhs: [UInt8], _ lhsItem: ViewItem, _ rhs: [UInt8], _ rhsItem: ViewItem) -> Bool {
-        let order = SortKey.compare(lhs, rhs)
-        return order < 0 || (order == 0 && lhsItem < rhsItem)
+        less(keyOrder: SortKey.compare(lhs, rhs), lhsItem, rhsItem)
+    }
+
+    /// Whether an item sorts before another, given the `memcmp` order of their keys: the keys,
+    /// then the items (the one rule of a keyed view, wherever its keys lie).
+    static func less(
+        keyOrder: Int, _ lhsItem: @autoclosure () -> ViewItem, _ rhsItem: @autoclosure () -> ViewItem
+    )
+        -> Bool
+    {
+        keyOrder < 0 || (keyOrder == 0 && lhsItem() < rhsItem())
     }
 
     func currentKey(_ item: ViewItem, page: Int64, in pages: ViewPages) throws(DatabaseError) -> ViewSortKey {
@@ -338,8 +347,7 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
     static func probe(_ item: ViewItem, key: [UInt8]) -> ViewProbe {
         ViewProbe(
             isBefore: { items, index in
-                let order = items.compareSortKey(at: index, with: key)
-                return order < 0 || (order == 0 && items[index] < item)
+                less(keyOrder: items.compareSortKey(at: index, with: key), items[index], item)
             },
             isValueBefore: { other, known in (known as? SortKey).map { less($0.bytes, other, key, item) } },
             value: { (other) throws(DatabaseError) in
@@ -783,10 +791,11 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
             flat.withUnsafeBytes { buffer in
                 starts.withUnsafeBufferPointer { starts in
                     positions.sort { a, b in
-                        let order = SortKey.compare(
-                            UnsafeRawBufferPointer(rebasing: buffer[starts[a]..<starts[a + 1]]),
-                            UnsafeRawBufferPointer(rebasing: buffer[starts[b]..<starts[b + 1]]))
-                        return order < 0 || (order == 0 && items[a] < items[b])
+                        ViewOrder<Value>.less(
+                            keyOrder: SortKey.compare(
+                                UnsafeRawBufferPointer(rebasing: buffer[starts[a]..<starts[a + 1]]),
+                                UnsafeRawBufferPointer(rebasing: buffer[starts[b]..<starts[b + 1]])),
+                            items[a], items[b])
                     }
                 }
             }
@@ -844,41 +853,43 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         throws(DatabaseError) -> (items: [ViewItem], keys: [[UInt8]]?)
     {
         let pages = try pages()
+        // Whether new item `n` sorts before current item `c`: by keys read from the pages, or by
+        // values (the current ones decoded once each, in order).
+        let current: [ViewItem]
+        let currentKeys: [[UInt8]]?
+        let newBeforeCurrent: (Int, Int) throws(DatabaseError) -> Bool
+        if let newKeys {
+            (current, currentKeys) = try pages.keyedItems(inGroup: group)
+            newBeforeCurrent = { n, c in
+                ViewOrder<Value>.less(newKeys[n], new[n], currentKeys![c], current[c])
+            }
+        } else {
+            current = try pages.items(inGroup: group)
+            currentKeys = nil
+            var newValues: [ViewItem: Value] = [:]
+            for (item, value) in zip(members.items, members.values) { newValues[item] = value }
+            let order = order
+            newBeforeCurrent = { (n, c) throws(DatabaseError) in
+                order.less(newValues[new[n]]!, new[n], try order.value(current[c]), current[c])
+            }
+        }
         var result: [ViewItem] = []
         var resultKeys: [[UInt8]]? = newKeys == nil ? nil : []
-        if let newKeys {
-            let (current, currentKeys) = try pages.keyedItems(inGroup: group)
-            result.reserveCapacity(current.count + new.count)
-            resultKeys!.reserveCapacity(current.count + new.count)
-            var next = 0
-            for (item, key) in zip(current, currentKeys) {
-                while next < new.count, ViewOrder<Value>.less(newKeys[next], new[next], key, item) {
-                    result.append(new[next])
-                    resultKeys!.append(newKeys[next])
-                    next += 1
-                }
-                result.append(item)
-                resultKeys!.append(key)
-            }
-            result += new[next...]
-            resultKeys! += newKeys[next...]
-            return (result, resultKeys)
-        }
-        var newValues: [ViewItem: Value] = [:]
-        for (item, value) in zip(members.items, members.values) { newValues[item] = value }
-        let current = try pages.items(inGroup: group)
         result.reserveCapacity(current.count + new.count)
+        resultKeys?.reserveCapacity(current.count + new.count)
         var next = 0
-        for item in current {
-            let value = try order.value(item)
-            while next < new.count, order.less(newValues[new[next]]!, new[next], value, item) {
+        for index in current.indices {
+            while next < new.count, try newBeforeCurrent(next, index) {
                 result.append(new[next])
+                resultKeys?.append(newKeys![next])
                 next += 1
             }
-            result.append(item)
+            result.append(current[index])
+            resultKeys?.append(currentKeys![index])
         }
         result += new[next...]
-        return (result, nil)
+        resultKeys? += newKeys![next...]
+        return (result, resultKeys)
     }
 
     func flush() throws(DatabaseError) {
