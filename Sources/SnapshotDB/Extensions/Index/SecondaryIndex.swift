@@ -131,21 +131,35 @@ struct IndexTable {
         }
     }
 
-    /// Inserts an item's row, or updates its columns in place (its rowid, and so the entries of
-    /// columns that did not change, stay).
-    var upsert: String {
-        let names = columns.map { "\"\($0.name)\"" }.joined(separator: ", ")
-        let parameters = columns.indices.map { "?\($0 + 3)" }.joined(separator: ", ")
-        let updates = columns.map { "\"\($0.name)\" = excluded.\"\($0.name)\"" }.joined(separator: ", ")
-        return "INSERT INTO \(name)(collection, key, \(names)) VALUES (?1, ?2, \(parameters)) "
-            + "ON CONFLICT(collection, key) DO UPDATE SET \(updates)"
+    /// The statements a writer runs per item.
+    enum Statement: Int, CaseIterable {
+        /// Inserts an item's row, or updates its columns in place (its rowid, and so the entries
+        /// of columns that did not change, stay).
+        case upsert
+        /// Inserts an item's row into a table that has none for it (a rebuild).
+        case insert
+        /// An item's current columns.
+        case current
+        /// Deletes an item's row.
+        case delete
+        /// Deletes the rows of one collection.
+        case deleteCollection
     }
 
-    /// Inserts an item's row into a table that has none for it (a rebuild).
-    var insert: String {
+    /// The SQL text of `statement`.
+    func sql(_ statement: Statement) -> String {
         let names = columns.map { "\"\($0.name)\"" }.joined(separator: ", ")
         let parameters = columns.indices.map { "?\($0 + 3)" }.joined(separator: ", ")
-        return "INSERT INTO \(name)(collection, key, \(names)) VALUES (?1, ?2, \(parameters))"
+        switch statement {
+        case .upsert:
+            let updates = columns.map { "\"\($0.name)\" = excluded.\"\($0.name)\"" }.joined(separator: ", ")
+            return "INSERT INTO \(name)(collection, key, \(names)) VALUES (?1, ?2, \(parameters)) "
+                + "ON CONFLICT(collection, key) DO UPDATE SET \(updates)"
+        case .insert: return "INSERT INTO \(name)(collection, key, \(names)) VALUES (?1, ?2, \(parameters))"
+        case .current: return "SELECT \(names) FROM \(name) WHERE collection = ?1 AND key = ?2"
+        case .delete: return "DELETE FROM \(name) WHERE collection = ?1 AND key = ?2"
+        case .deleteCollection: return "DELETE FROM \(name) WHERE collection = ?1"
+        }
     }
 
     /// The unique index of the items, dropped while a rebuild fills the table and made after
@@ -153,12 +167,6 @@ struct IndexTable {
     var createItemIndex: String { "CREATE UNIQUE INDEX \(prefix)item ON \(name)(collection, key);" }
 
     var dropItemIndex: String { " DROP INDEX IF EXISTS \(prefix)item;" }
-
-    /// An item's current columns.
-    var current: String {
-        let names = columns.map { "\"\($0.name)\"" }.joined(separator: ", ")
-        return "SELECT \(names) FROM \(name) WHERE collection = ?1 AND key = ?2"
-    }
 }
 
 /// Keeps one secondary index's table up to date during a read-write transaction.
@@ -166,13 +174,16 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
     private let context: ExtensionContext
     private let index: SecondaryIndex<Value>
     private let table: IndexTable
+    private let statements: StatementSet<IndexTable.Statement>
     /// Set while the table is filled from empty: there is nothing stored to compare with.
     private var rebuilding = false
 
     init(context: ExtensionContext, index: SecondaryIndex<Value>) {
         self.context = context
         self.index = index
-        self.table = IndexTable(prefix: context.tablePrefix, columns: index.columns)
+        let table = IndexTable(prefix: context.tablePrefix, columns: index.columns)
+        self.table = table
+        statements = StatementSet(handle: context.handle, sql: table.sql)
     }
 
     private func store(_ data: Data, key: String, collection: String) throws(DatabaseError) {
@@ -185,7 +196,7 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
         if !rebuilding, try isStored(columns, key: key, collection: collection) { return }
         // A rebuild fills an empty table, one row per item: a plain insert, with no conflict
         // to look for.
-        let upsert = try context.handle.cachedStatement(rebuilding ? table.insert : table.upsert)
+        let upsert = try statements[rebuilding ? .insert : .upsert]
         try upsert.bind(collection, at: 1)
         try upsert.bind(key, at: 2)
         for (offset, column) in index.columns.enumerated() {
@@ -200,7 +211,7 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
         throws(DatabaseError)
         -> Bool
     {
-        let select = try context.handle.cachedStatement(table.current)
+        let select = try statements[.current]
         defer { select.reset() }
         try select.bind(collection, at: 1)
         try select.bind(key, at: 2)
@@ -218,15 +229,14 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
     }
 
     func willRemove(forKey key: String, inCollection collection: String) throws(DatabaseError) {
-        let delete = try context.handle.cachedStatement(
-            "DELETE FROM \(table.name) WHERE collection = ?1 AND key = ?2")
+        let delete = try statements[.delete]
         try delete.bind(collection, at: 1)
         try delete.bind(key, at: 2)
         try delete.execute()
     }
 
     func willRemoveAll(inCollection collection: String) throws(DatabaseError) {
-        let delete = try context.handle.cachedStatement("DELETE FROM \(table.name) WHERE collection = ?1")
+        let delete = try statements[.deleteCollection]
         try delete.bind(collection, at: 1)
         try delete.execute()
     }

@@ -68,13 +68,37 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
     private let context: ExtensionContext
     private let search: FullTextSearch<Value>
     private let prefix: String
+    private let statements: StatementSet<Statement>
     /// Set while the tables are filled from empty: there is nothing stored to compare with.
     private var rebuilding = false
+
+    /// The statements the writer runs per item.
+    enum Statement: Int, CaseIterable {
+        case insertText, deleteText, insertMapRow, deleteMapRow, stored, find
+    }
 
     init(context: ExtensionContext, search: FullTextSearch<Value>) {
         self.context = context
         self.search = search
-        self.prefix = context.tablePrefix
+        let prefix = context.tablePrefix
+        self.prefix = prefix
+        let columns = search.columns
+        statements = StatementSet(handle: context.handle) { (statement: Statement) in
+            switch statement {
+            case .insertText:
+                let names = columns.map { "\"\($0)\"" }.joined(separator: ", ")
+                let parameters = columns.indices.map { "?\($0 + 2)" }.joined(separator: ", ")
+                return "INSERT INTO \(prefix)fts(rowid, \(names)) VALUES (?1, \(parameters))"
+            case .deleteText: return "DELETE FROM \(prefix)fts WHERE rowid = ?1"
+            case .insertMapRow: return "INSERT INTO \(prefix)map(collection, key) VALUES (?1, ?2)"
+            case .deleteMapRow: return "DELETE FROM \(prefix)map WHERE id = ?1"
+            case .stored:
+                let names = columns.map { "f.\"\($0)\"" }.joined(separator: ", ")
+                return "SELECT m.id, \(names) FROM \(prefix)map m JOIN \(prefix)fts f ON f.rowid = m.id "
+                    + "WHERE m.collection = ?1 AND m.key = ?2"
+            case .find: return "SELECT id FROM \(prefix)map WHERE collection = ?1 AND key = ?2"
+            }
+        }
     }
 
     private func store(_ data: Data, key: String, collection: String) throws(DatabaseError) {
@@ -87,7 +111,7 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
             // Most writes leave the indexed text as it was: then FTS5's index is not touched.
             if stored.texts == wanted { return }
             // The item keeps its row id and map row; only its text is replaced.
-            let delete = try context.handle.cachedStatement("DELETE FROM \(prefix)fts WHERE rowid = ?1")
+            let delete = try statements[.deleteText]
             try delete.bind(stored.id, at: 1)
             try delete.execute()
             id = stored.id
@@ -95,17 +119,13 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
             // A new item (or a map row without its text, which a rebuild of the map would also
             // drop): make sure no row of it is left before adding one.
             if !rebuilding { try willRemove(forKey: key, inCollection: collection) }
-            let map = try context.handle.cachedStatement(
-                "INSERT INTO \(prefix)map(collection, key) VALUES (?1, ?2)")
+            let map = try statements[.insertMapRow]
             try map.bind(collection, at: 1)
             try map.bind(key, at: 2)
             try map.execute()
             id = context.handle.lastInsertRowID
         }
-        let names = search.columns.map { "\"\($0)\"" }.joined(separator: ", ")
-        let parameters = search.columns.indices.map { "?\($0 + 2)" }.joined(separator: ", ")
-        let insert = try context.handle.cachedStatement(
-            "INSERT INTO \(prefix)fts(rowid, \(names)) VALUES (?1, \(parameters))")
+        let insert = try statements[.insertText]
         try insert.bind(id, at: 1)
         for (offset, text) in wanted.enumerated() { try insert.bind(text, at: Int32(offset + 2)) }
         try insert.execute()
@@ -116,10 +136,7 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
     private func stored(key: String, collection: String) throws(DatabaseError) -> (
         id: Int64, texts: [String]
     )? {
-        let names = search.columns.map { "f.\"\($0)\"" }.joined(separator: ", ")
-        let select = try context.handle.cachedStatement(
-            "SELECT m.id, \(names) FROM \(prefix)map m JOIN \(prefix)fts f ON f.rowid = m.id "
-                + "WHERE m.collection = ?1 AND m.key = ?2")
+        let select = try statements[.stored]
         defer { select.reset() }
         try select.bind(collection, at: 1)
         try select.bind(key, at: 2)
@@ -132,15 +149,14 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
     }
 
     func willRemove(forKey key: String, inCollection collection: String) throws(DatabaseError) {
-        let find = try context.handle.cachedStatement(
-            "SELECT id FROM \(prefix)map WHERE collection = ?1 AND key = ?2")
+        let find = try statements[.find]
         try find.bind(collection, at: 1)
         try find.bind(key, at: 2)
         let id = try find.step() ? find.int64(at: 0) : nil
         find.reset()
         guard let id else { return }
-        for sql in ["DELETE FROM \(prefix)fts WHERE rowid = ?1", "DELETE FROM \(prefix)map WHERE id = ?1"] {
-            let delete = try context.handle.cachedStatement(sql)
+        for statement in [Statement.deleteText, .deleteMapRow] {
+            let delete = try statements[statement]
             try delete.bind(id, at: 1)
             try delete.execute()
         }

@@ -71,6 +71,7 @@ final class ViewPages {
     /// The cached pages whose rows are not written yet.
     private var dirty: Set<Int64> = []
     private let caches: Bool
+    private let statements: StatementSet<Statement>
     /// The map rows of a rebuild, written together (see ``writeBuiltMap()``).
     private var builtMap: [(item: ViewItem, group: String, page: Int64)] = []
 
@@ -83,6 +84,7 @@ final class ViewPages {
         self.keyed = keyed
         self.layout = layout
         self.caches = caching
+        statements = StatementSet(handle: handle) { Self.sql($0, prefix: prefix) }
     }
 
     static func createTables(prefix: String, handle: SQLiteHandle) throws(DatabaseError) {
@@ -98,7 +100,7 @@ final class ViewPages {
     /// Writes the changed pages to their rows.
     func flush() throws(DatabaseError) {
         guard !dirty.isEmpty else { return }
-        let update = try statement("UPDATE \(prefix)page SET position = ?2, data = ?3 WHERE id = ?1")
+        let update = try statements[.updatePage]
         for id in dirty.sorted() {
             guard let page = cache[id] else { continue }
             try update.bind(id, at: 1)
@@ -130,13 +132,32 @@ final class ViewPages {
 
     // MARK: Rows
 
-    private func statement(_ sql: String) throws(DatabaseError) -> SQLiteStatement {
-        try handle.cachedStatement(sql)
+    /// The statements on the view's rows.
+    enum Statement: Int, CaseIterable {
+        case readPage, updatePage, updatePosition, insertPage, deletePage
+        case readLocation, setLocation, removeLocation, itemsInCollection, allItems
+    }
+
+    /// The SQL text of `statement` on the tables named with `prefix`.
+    static func sql(_ statement: Statement, prefix: String) -> String {
+        switch statement {
+        case .readPage: "SELECT grp, position, data FROM \(prefix)page WHERE id = ?1"
+        case .updatePage: "UPDATE \(prefix)page SET position = ?2, data = ?3 WHERE id = ?1"
+        case .updatePosition: "UPDATE \(prefix)page SET position = ?2 WHERE id = ?1"
+        case .insertPage: "INSERT INTO \(prefix)page(grp, position, data) VALUES (?1, ?2, ?3)"
+        case .deletePage: "DELETE FROM \(prefix)page WHERE id = ?1"
+        case .readLocation: "SELECT grp, page FROM \(prefix)map WHERE collection = ?1 AND key = ?2"
+        case .setLocation:
+            "INSERT OR REPLACE INTO \(prefix)map(collection, key, grp, page) VALUES (?1, ?2, ?3, ?4)"
+        case .removeLocation: "DELETE FROM \(prefix)map WHERE collection = ?1 AND key = ?2"
+        case .itemsInCollection: "SELECT key FROM \(prefix)map WHERE collection = ?1"
+        case .allItems: "SELECT collection, key FROM \(prefix)map"
+        }
     }
 
     func page(_ id: Int64) throws(DatabaseError) -> Page {
         if caches, let page = cache[id] { return page }
-        let select = try statement("SELECT grp, position, data FROM \(prefix)page WHERE id = ?1")
+        let select = try statements[.readPage]
         defer { select.reset() }
         try select.bind(id, at: 1)
         guard try select.step() else { throw Self.damaged(prefix, "page \(id) is missing") }
@@ -154,7 +175,7 @@ final class ViewPages {
             dirty.insert(page.id)
             return
         }
-        let update = try statement("UPDATE \(prefix)page SET position = ?2, data = ?3 WHERE id = ?1")
+        let update = try statements[.updatePage]
         try update.bind(page.id, at: 1)
         try update.bind(page.position, at: 2)
         try update.bind(bytes: page.items.bytes, at: 3)
@@ -163,7 +184,7 @@ final class ViewPages {
 
     /// A new page row holding `items`.
     private func newPage(group: String, position: Int64, items: PageItems) throws(DatabaseError) -> Page {
-        let insert = try statement("INSERT INTO \(prefix)page(grp, position, data) VALUES (?1, ?2, ?3)")
+        let insert = try statements[.insertPage]
         try insert.bind(group, at: 1)
         try insert.bind(position, at: 2)
         try insert.bind(bytes: items.bytes, at: 3)
@@ -176,7 +197,7 @@ final class ViewPages {
     private func deletePage(_ id: Int64) throws(DatabaseError) {
         cache[id] = nil
         dirty.remove(id)
-        let delete = try statement("DELETE FROM \(prefix)page WHERE id = ?1")
+        let delete = try statements[.deletePage]
         try delete.bind(id, at: 1)
         try delete.execute()
     }
@@ -185,7 +206,7 @@ final class ViewPages {
     func location(of item: ViewItem) throws(DatabaseError) -> (group: String, page: Int64)? {
         // An empty view has no map rows (a bulk load into a new view asks this of every item).
         guard !layout.groups.isEmpty else { return nil }
-        let select = try statement("SELECT grp, page FROM \(prefix)map WHERE collection = ?1 AND key = ?2")
+        let select = try statements[.readLocation]
         defer { select.reset() }
         try select.bind(item.collection, at: 1)
         try select.bind(item.key, at: 2)
@@ -194,8 +215,7 @@ final class ViewPages {
     }
 
     private func setLocation(of item: ViewItem, group: String, page: Int64) throws(DatabaseError) {
-        let upsert = try statement(
-            "INSERT OR REPLACE INTO \(prefix)map(collection, key, grp, page) VALUES (?1, ?2, ?3, ?4)")
+        let upsert = try statements[.setLocation]
         try upsert.bind(item.collection, at: 1)
         try upsert.bind(item.key, at: 2)
         try upsert.bind(group, at: 3)
@@ -204,7 +224,7 @@ final class ViewPages {
     }
 
     private func removeLocation(of item: ViewItem) throws(DatabaseError) {
-        let delete = try statement("DELETE FROM \(prefix)map WHERE collection = ?1 AND key = ?2")
+        let delete = try statements[.removeLocation]
         try delete.bind(item.collection, at: 1)
         try delete.bind(item.key, at: 2)
         try delete.execute()
@@ -212,7 +232,7 @@ final class ViewPages {
 
     /// The items of `collection` in the view (for `removeAll(inCollection:)`).
     func items(inCollection collection: String) throws(DatabaseError) -> [ViewItem] {
-        let select = try statement("SELECT key FROM \(prefix)map WHERE collection = ?1")
+        let select = try statements[.itemsInCollection]
         defer { select.reset() }
         try select.bind(collection, at: 1)
         var items: [ViewItem] = []
@@ -222,7 +242,7 @@ final class ViewPages {
 
     /// Every item in the view.
     func allItems() throws(DatabaseError) -> [ViewItem] {
-        let select = try statement("SELECT collection, key FROM \(prefix)map")
+        let select = try statements[.allItems]
         defer { select.reset() }
         var items: [ViewItem] = []
         while try select.step() {
@@ -497,7 +517,7 @@ final class ViewPages {
     private func renumber(_ group: String) throws(DatabaseError) {
         let pages = layout.groups[group]!.pages
         let positions = (0..<pages.count).map { Int64($0 + 1) * Self.positionStep }
-        let update = try statement("UPDATE \(prefix)page SET position = ?2 WHERE id = ?1")
+        let update = try statements[.updatePosition]
         for (entry, position) in zip(pages, positions) {
             if var cached = cache[entry.id] {
                 cached.position = position
@@ -541,7 +561,7 @@ final class ViewPages {
         let fill = Self.pageCapacity * 3 / 4
         var entries: [ViewPageEntry] = []
         var start = 0
-        let insert = try statement("INSERT INTO \(prefix)page(grp, position, data) VALUES (?1, ?2, ?3)")
+        let insert = try statements[.insertPage]
         while start < items.count {
             let range = start..<min(start + fill, items.count)
             let slice = Array(items[range])
@@ -566,8 +586,7 @@ final class ViewPages {
     /// would land all over the map's B-tree.
     func writeBuiltMap() throws(DatabaseError) {
         builtMap.sort { $0.item < $1.item }
-        let insert = try statement(
-            "INSERT OR REPLACE INTO \(prefix)map(collection, key, grp, page) VALUES (?1, ?2, ?3, ?4)")
+        let insert = try statements[.setLocation]
         for (item, group, page) in builtMap {
             try insert.bind(item.collection, at: 1)
             try insert.bind(item.key, at: 2)
