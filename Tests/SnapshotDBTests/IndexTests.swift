@@ -131,6 +131,10 @@ struct IndexTests {
                 try $0.set(Person(city: "Oslo", age: 30), forKey: "ada", inCollection: "people")
             }
             try db.register(Self.people)
+            // The writer's handle keeps the statements of the index's first columns.
+            try writer.readWrite {
+                try $0.set(Person(city: "Bergen", age: 52), forKey: "bo", inCollection: "people")
+            }
             let byAge = SecondaryIndex<Person>(
                 name: "people", version: "2", collections: ["people"], columns: [.integer("decade")],
                 extract: { _, _, person in ["decade": .integer(person.age / 10)] })
@@ -138,6 +142,17 @@ struct IndexTests {
             #expect(
                 try writer.read { try $0.index(named: "people").keys(where: "decade = ?", [3]).map(\.key) }
                     == ["ada"])
+            // Its writes now fill the new columns, not the old ones.
+            try writer.readWrite {
+                try $0.set(Person(city: "Oslo", age: 38), forKey: "cy", inCollection: "people")
+                try $0.set(Person(city: "Bergen", age: 61), forKey: "bo", inCollection: "people")
+            }
+            #expect(
+                try writer.read { try $0.index(named: "people").keys(where: "decade = ?", [3]).map(\.key) }
+                    == ["ada", "cy"])
+            #expect(
+                try writer.read { try $0.index(named: "people").keys(where: "decade > ?", [4]).map(\.key) }
+                    == ["bo"])
         }
     }
 

@@ -27,6 +27,8 @@ final class SQLiteHandle {
     private var lastCommitFrames: WALCommitFrames?
     /// Statements of ``cachedStatement(_:)``, by SQL text.
     private var dynamicStatements: [String: SQLiteStatement] = [:]
+    /// The sets of ``statementSet(_:sql:)``, by key.
+    private var statementSets: [String: AnyObject] = [:]
     /// A slot for what a higher layer keeps per handle (the extensions' cache of layouts and
     /// checked queries): opaque here, typed and owned by that layer, released with the handle.
     var attachedState: AnyObject?
@@ -69,6 +71,7 @@ final class SQLiteHandle {
         // Statements are finalized (released) before the handle closes.
         statements.deinitialize().deallocate()
         dynamicStatements = [:]
+        statementSets = [:]
         attachedState = nil
         sqlite3_close_v2(pointer)
     }
@@ -129,10 +132,23 @@ final class SQLiteHandle {
         return statement
     }
 
-    /// Forgets every statement of ``cachedStatement(_:)`` (after the tables they name were
-    /// dropped or created again).
+    /// The handle's ``StatementSet`` for `key`, made on first use with `sql`. The key names
+    /// everything the texts depend on (the extension's table prefix, and its columns where the
+    /// texts list them), so that a set never runs another layout's text.
+    func statementSet<Name>(_ key: String, sql: @escaping (Name) -> String) -> StatementSet<Name> {
+        if let set = statementSets[key] as? StatementSet<Name> { return set }
+        // Keys of extensions registered again with other columns accumulate: keep them bounded.
+        if statementSets.count >= 64 { statementSets = [:] }
+        let set = StatementSet(handle: self, sql: sql)
+        statementSets[key] = set
+        return set
+    }
+
+    /// Forgets every statement of ``cachedStatement(_:)`` and ``statementSet(_:sql:)`` (after
+    /// the tables they name were dropped or created again).
     func clearCachedStatements() {
         dynamicStatements = [:]
+        statementSets = [:]
     }
 
     /// The cached statement for `sql` unless it is part way through its rows, else a new one

@@ -183,7 +183,7 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
         self.index = index
         let table = IndexTable(prefix: context.tablePrefix, columns: index.columns)
         self.table = table
-        statements = StatementSet(handle: context.handle, sql: table.sql)
+        statements = context.handle.statementSet("index|" + table.name + "|" + index.version, sql: table.sql)
     }
 
     private func store(_ data: Data, key: String, collection: String) throws(DatabaseError) {

@@ -83,7 +83,8 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
         let prefix = context.tablePrefix
         self.prefix = prefix
         let columns = search.columns
-        statements = StatementSet(handle: context.handle) { (statement: Statement) in
+        statements = context.handle.statementSet("search|" + prefix + "|" + search.version) {
+            (statement: Statement) in
             switch statement {
             case .insertText:
                 let names = columns.map { "\"\($0)\"" }.joined(separator: ", ")

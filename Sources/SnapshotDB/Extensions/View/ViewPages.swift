@@ -84,7 +84,7 @@ final class ViewPages {
         self.keyed = keyed
         self.layout = layout
         self.caches = caching
-        statements = StatementSet(handle: handle) { Self.sql($0, prefix: prefix) }
+        statements = handle.statementSet("view|" + prefix) { Self.sql($0, prefix: prefix) }
     }
 
     static func createTables(prefix: String, handle: SQLiteHandle) throws(DatabaseError) {
