@@ -29,6 +29,11 @@ final class ConnectionRecord: Sendable {
     /// A copy of what the record says now.
     var current: SnapshotRecord { state.withLock { $0 } }
 
+    /// The record's commit log pin (``SnapshotRecord/commitLogPin``), read without copying the
+    /// rest of the record (its name and the weak reference to its connection cost a scan of
+    /// every connection more than the pins themselves).
+    var commitLogPin: UInt64? { state.withLock { $0.commitLogPin } }
+
     /// The commit the connection's bookmark reads, or `nil` without a bookmark.
     var bookmark: UInt64? {
         state.withLock { $0.isBookmark ? $0.snapshot : nil }
@@ -103,7 +108,7 @@ extension Database {
 
     func unregisterConnection(_ id: Int) {
         let removed = state.withLock { $0.connections.removeValue(forKey: id) }
-        if let pin = removed?.current.commitLogPin { commitLogPinMoved(from: pin, to: nil) }
+        if let pin = removed?.commitLogPin { commitLogPinMoved(from: pin, to: nil) }
     }
 
     /// The newest commit and a copy of every connection's record.

@@ -114,7 +114,10 @@ extension Database {
             let scanning = oldestPinCache.compareExchange(
                 expected: OldestPin.invalid, desired: OldestPin.scanning, ordering: .acquiringAndReleasing
             ).exchanged
-            let oldest = state.connections.values.compactMap { $0.current.commitLogPin }.min()
+            var oldest: UInt64?
+            for record in state.connections.values {
+                if let pin = record.commitLogPin, pin < oldest ?? .max { oldest = pin }
+            }
             if scanning {
                 _ = oldestPinCache.compareExchange(
                     expected: OldestPin.scanning, desired: oldest ?? OldestPin.noPins,
