@@ -139,6 +139,45 @@ struct FastJSONTests {
         var amount: Decimal
     }
 
+    /// Numbers as people and encoders write them, in and around the range that is parsed
+    /// without `strtod` (at most 2^53 as digits, a decimal exponent within ±22): each gives
+    /// Foundation's `Double`, bit for bit, and one written with an exponent or a fraction at the
+    /// edges of that range too.
+    @Test(arguments: [4, 5]) func decimalNumbersParseAsFoundationParsesThem(seed: UInt64) throws {
+        var random = SeededGenerator(state: seed)
+        var texts: [String] = [
+            "9007199254740992", "9007199254740993", "9007199254740991.5", "1e22", "1e23", "1e-22", "1e-23",
+            "123456789012345678", "1234567890123456789", "12345678901234567890", "0.1", "-0.25", "1E3",
+            "1e+3", "2.5e-3", "4.35", "0.000001", "-123.456e5", "100e-2", "3.0000000000000004",
+        ]
+        for _ in 0..<4_000 {
+            let digits = Int.random(in: 1...19, using: &random)
+            var text = Bool.random(using: &random) ? "-" : ""
+            let mantissa = (0..<digits).map { index in
+                String(Int.random(in: (index == 0 ? 1 : 0)...9, using: &random))
+            }.joined()
+            let point = Int.random(in: 0...digits, using: &random)
+            if point == 0 || point == digits {
+                text += mantissa
+            } else {
+                text += mantissa.prefix(point) + "." + mantissa.dropFirst(point)
+            }
+            if Bool.random(using: &random) {
+                text +=
+                    (Bool.random(using: &random) ? "e" : "E") + ["", "+", "-"].randomElement(using: &random)!
+                text += String(Int.random(in: 0...30, using: &random))
+            }
+            texts.append(text)
+        }
+        let json = Data(("[" + texts.joined(separator: ",") + "]").utf8)
+        let theirs = try JSONDecoder().decode([Double].self, from: json)
+        let ours = try #require(FastJSON.decode([Double].self, from: json))
+        #expect(theirs.count == texts.count)
+        for (index, text) in texts.enumerated() {
+            #expect(ours[index].bitPattern == theirs[index].bitPattern, "\(text)")
+        }
+    }
+
     /// Types `JSONDecoder` decodes its own way go to it, and the codec's answer is its answer.
     @Test func floatsDataURLsAndDecimalsGoToFoundation() throws {
         let codec = JSONValueCodec()

@@ -499,12 +499,83 @@ enum FastJSON {
         /// A finite `Double`, by Swift's correctly rounded, locale-independent parser.
         func double(_ index: Int) throws(Fallback) -> Double {
             let (end, isInteger) = try numberEnd(index)
-            let text = String(
-                decoding: UnsafeBufferPointer(start: bytes + index, count: end - index), as: UTF8.self)
-            guard let value = Double(text), value.isFinite else { throw fallBack() }
+            let value: Double
+            if let exact = exactDouble(index, end) {
+                value = exact
+            } else {
+                let text = String(
+                    decoding: UnsafeBufferPointer(start: bytes + index, count: end - index), as: UTF8.self)
+                guard let parsed = Double(text), parsed.isFinite else { throw fallBack() }
+                value = parsed
+            }
             // Foundation takes a zero only from digits it reads as zero (and refuses "0e1" and an
             // underflow such as "1e-400"): a zero written with a fraction or exponent is its call.
             if value == 0 && !isInteger { throw fallBack() }
+            return value
+        }
+
+        /// The number between `start` and `end` (valid JSON, see ``numberEnd(_:)``) when its
+        /// digits, without the point, make an integer of at most 2^53 and its decimal exponent is
+        /// within ±22; `nil` otherwise.
+        ///
+        /// Such a number is that integer times or divided by a power of ten that a `Double`
+        /// holds exactly, so one IEEE multiplication or division rounds it correctly (Clinger's
+        /// fast path): the `Double` that `Double(String)` (`strtod`) and Foundation, which
+        /// round correctly too, give. It is most numbers an app stores (`12.5`, `-0.25`,
+        /// `1e3`), and takes about a tenth of `Double(String)`'s instructions.
+        func exactDouble(_ start: Int, _ end: Int) -> Double? {
+            var at = start
+            let negative = bytes[at] == UInt8(ascii: "-")
+            if negative { at += 1 }
+            var mantissa: UInt64 = 0
+            var digits = 0
+            var exponent = 0
+            var inFraction = false
+            while at < end {
+                let byte = bytes[at]
+                if isDigit(byte) {
+                    // Past 19 digits the integer could overflow: `strtod`'s call.
+                    digits += 1
+                    if digits > 19 { return nil }
+                    mantissa = mantissa * 10 + UInt64(byte - UInt8(ascii: "0"))
+                    if inFraction { exponent -= 1 }
+                } else if byte == UInt8(ascii: ".") {
+                    inFraction = true
+                } else {
+                    break
+                }
+                at += 1
+            }
+            if at < end {
+                // An exponent: `e` or `E`, a sign, digits (checked by `numberEnd`).
+                at += 1
+                var negativeExponent = false
+                if bytes[at] == UInt8(ascii: "+") || bytes[at] == UInt8(ascii: "-") {
+                    negativeExponent = bytes[at] == UInt8(ascii: "-")
+                    at += 1
+                }
+                var written = 0
+                while at < end {
+                    written = written * 10 + Int(bytes[at] - UInt8(ascii: "0"))
+                    if written > 1_000 { return nil }
+                    at += 1
+                }
+                exponent += negativeExponent ? -written : written
+            }
+            guard mantissa <= 1 << 53, exponent >= -22, exponent <= 22 else { return nil }
+            var value = Double(mantissa)
+            if exponent < 0 {
+                value /= Self.powersOfTen[-exponent]
+            } else {
+                value *= Self.powersOfTen[exponent]
+            }
+            return negative ? -value : value
+        }
+
+        /// 10^0 through 10^22, each exact in a `Double`.
+        static let powersOfTen: [Double] = (0...22).map { power in
+            var value = 1.0
+            for _ in 0..<power { value *= 10 }
             return value
         }
 
