@@ -179,9 +179,14 @@ enum FastJSON {
         func skipValue(_ index: Int) -> Int {
             switch bytes[index] {
             case UInt8(ascii: "\""):
+                // Checked by `root()`: no control character, every escape whole.
                 var at = index + 1
-                while bytes[at] != UInt8(ascii: "\"") { at += bytes[at] == UInt8(ascii: "\\") ? 2 : 1 }
-                return at + 1
+                while true {
+                    at = specialByte(from: at)
+                    if at >= count { return count }
+                    if bytes[at] == UInt8(ascii: "\"") { return at + 1 }
+                    at += 2
+                }
             case UInt8(ascii: "{"), UInt8(ascii: "["):
                 var depth = 0
                 var at = index
@@ -226,6 +231,7 @@ enum FastJSON {
             var at = index + 1
             var escaped = false
             while true {
+                at = specialByte(from: at)
                 guard at < count else { throw fallBack() }
                 let byte = bytes[at]
                 if byte == UInt8(ascii: "\"") { return (at + 1, escaped) }
@@ -242,10 +248,51 @@ enum FastJSON {
                         at += 6
                     default: throw fallBack()
                     }
-                } else {
-                    at += 1
                 }
             }
+        }
+
+        /// The first byte from `start` on that ends a run of plain string bytes (a quote, a
+        /// backslash or a control character), or `count`. Eight bytes at a time while none of
+        /// them is one (bitwise tests on a 64-bit word, which tell whether any byte is zero or
+        /// below a bound), then byte by byte: strings are most of a record's bytes, and are
+        /// scanned twice (checked, then read).
+        func specialByte(from start: Int) -> Int {
+            let ones: UInt64 = 0x0101_0101_0101_0101
+            let highs: UInt64 = 0x8080_8080_8080_8080
+            var at = start
+            while at + 8 <= count {
+                let word = UInt64(littleEndian: UnsafeRawPointer(bytes + at).loadUnaligned(as: UInt64.self))
+                let quote = word ^ (ones &* 0x22)
+                let backslash = word ^ (ones &* 0x5C)
+                let found =
+                    ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)
+                    | ((word &- ones &* 0x20) & ~word)
+                if found & highs != 0 { break }
+                at += 8
+            }
+            while at < count {
+                let byte = bytes[at]
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20 { return at }
+                at += 1
+            }
+            return count
+        }
+
+        /// Whether the `length` bytes at `start` are all ASCII, eight at a time.
+        func isASCII(_ start: Int, _ length: Int) -> Bool {
+            var at = start
+            let end = start + length
+            var high: UInt64 = 0
+            while at + 8 <= end {
+                high |= UnsafeRawPointer(bytes + at).loadUnaligned(as: UInt64.self)
+                at += 8
+            }
+            while at < end {
+                high |= UInt64(bytes[at])
+                at += 1
+            }
+            return high & 0x8080_8080_8080_8080 == 0
         }
 
         /// The end of the number at `index` and whether it is an integer (no fraction, no
@@ -392,12 +439,7 @@ enum FastJSON {
             let raw = UnsafeBufferPointer(start: bytes + index + 1, count: end - index - 2)
             if !escaped {
                 // ASCII is valid UTF-8: no validation pass.
-                var ascii = true
-                for byte in raw where byte >= 0x80 {
-                    ascii = false
-                    break
-                }
-                if ascii { return String(decoding: raw, as: UTF8.self) }
+                if isASCII(index + 1, raw.count) { return String(decoding: raw, as: UTF8.self) }
                 guard let string = String(validating: raw, as: UTF8.self) else { throw fallBack() }
                 return string
             }
