@@ -70,14 +70,16 @@ enum FastJSON {
     }
 
     /// One member of an object: its key's bytes (between the quotes), where its value starts,
-    /// and the key as a string when its bytes are not plain ASCII (escapes, or other scalars),
-    /// which are then compared as Swift compares strings (canonical equivalence), as Foundation
-    /// looks keys up. Plain ASCII keys compare byte by byte, which is the same thing for them.
+    /// and whether the key is plain ASCII. Other keys (escapes, or other scalars) are compared
+    /// as strings, as Swift compares strings (canonical equivalence), as Foundation looks keys
+    /// up; plain ASCII keys compare byte by byte, which is the same thing for them. (No string
+    /// is kept here: an array of members with none is copied and freed without reference
+    /// counting.)
     struct Member {
         let keyStart: Int
         let keyEnd: Int
         let value: Int
-        let key: String?
+        let plain: Bool
     }
 
     /// The bytes of one value being decoded, copied with a terminating zero (so that every scan
@@ -345,14 +347,11 @@ enum FastJSON {
             if bytes[at] == UInt8(ascii: "}") { return members }
             while true {
                 let (keyEnd, escaped) = try stringEnd(at)
-                var plain = !escaped
-                for index in (at + 1)..<(keyEnd - 1) where bytes[index] >= 0x80 {
-                    plain = false
-                    break
-                }
+                let plain = !escaped && isASCII(at + 1, keyEnd - at - 2)
+                // A key that is not plain must be a valid string (its escapes, its UTF-8).
+                if !plain { _ = try string(at) }
                 let value = skipSpace(skipSpace(keyEnd) + 1)
-                let member = Member(
-                    keyStart: at + 1, keyEnd: keyEnd - 1, value: value, key: plain ? nil : try string(at))
+                let member = Member(keyStart: at + 1, keyEnd: keyEnd - 1, value: value, plain: plain)
                 for other in members where sameKey(other, member) { throw fallBack() }
                 members.append(member)
                 at = skipSpace(skipValue(value))
@@ -376,17 +375,17 @@ enum FastJSON {
             }
         }
 
-        /// The key of `member` as a string.
+        /// The key of `member` as a string (unescaped: ``members(_:)`` checked that it reads).
         func keyString(_ member: Member) -> String {
-            member.key
-                ?? String(
-                    decoding: UnsafeBufferPointer(
-                        start: bytes + member.keyStart, count: member.keyEnd - member.keyStart),
-                    as: UTF8.self)
+            guard member.plain else { return (try? string(member.keyStart - 1)) ?? "" }
+            return String(
+                decoding: UnsafeBufferPointer(
+                    start: bytes + member.keyStart, count: member.keyEnd - member.keyStart),
+                as: UTF8.self)
         }
 
         private func sameKey(_ a: Member, _ b: Member) -> Bool {
-            if a.key == nil, b.key == nil {
+            if a.plain, b.plain {
                 let length = a.keyEnd - a.keyStart
                 return length == b.keyEnd - b.keyStart
                     && memcmp(bytes + a.keyStart, bytes + b.keyStart, length) == 0
@@ -405,7 +404,7 @@ enum FastJSON {
                     break
                 }
                 for member in members {
-                    if isASCII, member.key == nil {
+                    if isASCII, member.plain {
                         let length = member.keyEnd - member.keyStart
                         if length == utf8.count
                             && (length == 0
