@@ -255,22 +255,23 @@ enum FastJSON {
         }
 
         /// The first byte from `start` on that ends a run of plain string bytes (a quote, a
-        /// backslash or a control character), or `count`. Eight bytes at a time while none of
-        /// them is one (bitwise tests on a 64-bit word, which tell whether any byte is zero or
-        /// below a bound), then byte by byte: strings are most of a record's bytes, and are
-        /// scanned twice (checked, then read).
+        /// backslash or a control character), or `count`. Eight bytes at a time: bitwise tests
+        /// on a 64-bit word flag each byte that is one of them, and the lowest flag is the first
+        /// such byte (a test's borrow runs only upward from a byte it flags rightly, so no byte
+        /// before the first is flagged). Strings are most of a record's bytes, and are scanned
+        /// twice (checked, then read).
+        @inline(__always)
         func specialByte(from start: Int) -> Int {
             let ones: UInt64 = 0x0101_0101_0101_0101
-            let highs: UInt64 = 0x8080_8080_8080_8080
             var at = start
             while at + 8 <= count {
                 let word = UInt64(littleEndian: UnsafeRawPointer(bytes + at).loadUnaligned(as: UInt64.self))
                 let quote = word ^ (ones &* 0x22)
                 let backslash = word ^ (ones &* 0x5C)
                 let found =
-                    ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)
-                    | ((word &- ones &* 0x20) & ~word)
-                if found & highs != 0 { break }
+                    (((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)
+                        | ((word &- ones &* 0x20) & ~word)) & 0x8080_8080_8080_8080
+                if found != 0 { return at + found.trailingZeroBitCount >> 3 }
                 at += 8
             }
             while at < count {
