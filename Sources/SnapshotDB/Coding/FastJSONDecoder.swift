@@ -621,6 +621,22 @@ enum FastJSON {
             return value
         }
 
+        /// The elements of the array at `index`, each read by `element` where it starts.
+        func array<Element>(_ index: Int, _ element: (Int) throws(Fallback) -> Element) throws(Fallback)
+            -> [Element]
+        {
+            guard bytes[index] == UInt8(ascii: "[") else { throw fallBack() }
+            var result: [Element] = []
+            var at = skipSpace(index + 1)
+            if bytes[at] == UInt8(ascii: "]") { return result }
+            while true {
+                result.append(try element(at))
+                at = skipSpace(skipValue(at))
+                if bytes[at] == UInt8(ascii: "]") { return result }
+                at = skipSpace(at + 1)
+            }
+        }
+
         /// `T` at `index`: plain types parsed in place, others through their `init(from:)`.
         func decode<T: Decodable>(_ type: T.Type, at index: Int, path: @autoclosure () -> CodingPath) throws
             -> T
@@ -630,6 +646,14 @@ enum FastJSON {
             if T.self == Int.self { return unsafeBitCast(try int(index), to: T.self) }
             if T.self == Double.self { return unsafeBitCast(try double(index), to: T.self) }
             if T.self == Bool.self { return unsafeBitCast(try bool(index), to: T.self) }
+            // Arrays of those: parsed in place too, not through `Array.init(from:)`, whose
+            // generic unkeyed container cost about two thirds of a record's `[String]` field.
+            // (Foundation's array is the same elements in order; anything else, a `null` among
+            // them included, throws `Fallback` and is Foundation's to answer.)
+            if T.self == [String].self { return unsafeBitCast(try array(index, string), to: T.self) }
+            if T.self == [Int].self { return unsafeBitCast(try array(index, int), to: T.self) }
+            if T.self == [Double].self { return unsafeBitCast(try array(index, double), to: T.self) }
+            if T.self == [Bool].self { return unsafeBitCast(try array(index, bool), to: T.self) }
             if FastJSON.isSpecial(T.self) { throw fallBack() }
             return try T(from: ValueDecoder(document: self, at: index, path: path()))
         }
