@@ -6,7 +6,7 @@
 /// a use is an array read. ``SQLiteHandle/cachedStatement(_:)`` instead builds, hashes and
 /// compares the text on every call: about 1 µs a row, which was 13% of registering a secondary
 /// index or a full-text index over 200,000 values (and took `fts-build` from 1.37× GRDB's FTS5
-/// build to 1.13× at 1,000,000 values), and about 14k instructions (4.5%) of a one-row commit
+/// build to 1.13–1.32× at 1,000,000 values, median 1.19× of five runs), and about 14k instructions (4.5%) of a one-row commit
 /// into a view, which built each of its statements' texts once per transaction.
 final class StatementSet<Name: RawRepresentable & CaseIterable> where Name.RawValue == Int {
     // The handle keeps its sets: unowned, as its statements hold it.
