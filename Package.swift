@@ -70,6 +70,7 @@ let package = Package(
             dependencies: [
                 "SnapshotDB",
                 "SnapshotDBLocking",
+                "SnapshotDBInspection",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -15,7 +15,9 @@ struct Writer {
         do {
             while control.shouldContinue { try step() }
         } catch {
-            violations.record("writer \(connection.name): \(error)")
+            violations.record(
+                "writer \(connection.name): \(error)"
+                    + LockReport.describe(after: error, databaseAt: connection.database.path))
             control.stop()
         }
         return stats
