@@ -82,6 +82,29 @@ struct BusyTests {
         }
     }
 
+    /// Closing never waits on another process. A writer of another process holds SQLite's write
+    /// lock, which a truncating checkpoint needs, and it reads no WAL frame (the WAL is empty),
+    /// so close() finds no reader and truncates: it must give up at once instead of waiting the
+    /// busy timeout (ten minutes here) with SQLite's write lock in hand, which held every other
+    /// process's writers back. The time limit catches the wait; nothing is lost.
+    @Test(.timeLimit(.minutes(1))) func closeDoesNotWaitForAnotherProcessesWriteLock() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("close.sqlite").path
+            try Self.makeDatabase(at: path)
+            var configuration = Configuration()
+            configuration.busyTimeout = .seconds(600)
+            let db = try Database(path: path, configuration: configuration)
+            try db.checkpoint(.truncate)
+            let child = try SQLiteChild(path: path, statements: ["BEGIN IMMEDIATE"])
+            try db.close()
+            try child.release()
+            let reopened = try Database(path: path)
+            defer { try? reopened.close() }
+            #expect(try reopened.newConnection().read { try $0.keys(inCollection: "c") } == Self.keptKeys)
+            #expect(try isIntact(path))
+        }
+    }
+
     @Test func asyncWriteWhileAnotherProcessHoldsTheWriteLockThrowsBusy() async throws {
         try await withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("busy.sqlite").path

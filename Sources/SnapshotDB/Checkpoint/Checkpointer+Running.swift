@@ -216,10 +216,12 @@ extension Checkpointer {
     /// Runs a checkpoint on behalf of a caller of ``Database/checkpoint(_:)``.
     ///
     /// FULL, RESTART and TRUNCATE take the database's writer lock first (waiting up to the busy
-    /// timeout), so this process's writers queue behind the checkpoint instead of failing with
-    /// `busy`. When snapshots of this process pin the WAL they cannot complete, so they wait only
-    /// briefly.
-    func runExplicitly(_ mode: CheckpointMode, database: Database) throws(DatabaseError) -> CheckpointResult {
+    /// timeout, or `patience` when given), so this process's writers queue behind the checkpoint
+    /// instead of failing with `busy`. When snapshots of this process pin the WAL they cannot
+    /// complete, so they wait only briefly.
+    func runExplicitly(_ mode: CheckpointMode, database: Database, patience: Duration? = nil)
+        throws(DatabaseError) -> CheckpointResult
+    {
         if isOnQueue {
             throw DatabaseError(.misuse, "checkpoint(_:) was called from a checkpoint monitor callback")
         }
@@ -242,7 +244,7 @@ extension Checkpointer {
                 return result
             }
             let pinned = before.records.contains { $0.snapshot.map { $0 < before.latest } ?? false }
-            let wait = pinned ? Self.resetWait : configuration.busyTimeout
+            let wait = pinned ? Self.resetWait : (patience ?? configuration.busyTimeout)
             let locked = database.writer.lock.lockWithPriority(
                 before: Date(timeIntervalSinceNow: wait.timeInterval))
             defer { if locked { database.writer.lock.unlock() } }

@@ -56,7 +56,12 @@ extension Database {
         // reader of another process keeps it (SQLite then leaves the files for that process).
         // Closing never waits on other processes: while one reads the WAL, a truncating
         // checkpoint would wait for it (up to the busy timeout), so it gets a PASSIVE one. (With
-        // an external replicator, PASSIVE too: the WAL is the replicator's.)
+        // an external replicator, PASSIVE too: the WAL is the replicator's.) The look for readers
+        // can miss one that begins just after it, and a writer of another process holds the lock
+        // a TRUNCATE needs: so the TRUNCATE waits a few milliseconds at most, like the automatic
+        // reset. Waiting the busy timeout held every other process's writers back for that long
+        // (the stress run across processes saw a 60 s stall end in `busy`), since a checkpoint
+        // that waits for readers holds SQLite's write lock while it waits.
         let ownProcess = getpid()
         let foreignReaders =
             replica != nil
@@ -72,7 +77,9 @@ extension Database {
         let mode: CheckpointMode =
             checkpointing.replicator == nil && foreignReaders.isEmpty ? .truncate : .passive
         // A read replica has no WAL of its own to checkpoint.
-        if replica == nil { _ = try? checkpointer.runExplicitly(mode, database: self) }
+        if replica == nil {
+            _ = try? checkpointer.runExplicitly(mode, database: self, patience: Checkpointer.resetWait)
+        }
         finishSubscribers()
         checkpointer.close()
         OpenFiles.release(path)
