@@ -20,8 +20,9 @@ extension Database {
     }
 
     /// Closes the database: refuses new transactions, waits for the running ones, ends every
-    /// bookmark, checkpoints and truncates the WAL when nothing outside this process reads it,
-    /// and closes every SQLite handle.
+    /// bookmark, checkpoints and truncates the WAL when nothing outside this process reads or
+    /// writes it (waiting a few milliseconds at most: closing never holds another process's
+    /// writers back), and closes every SQLite handle.
     ///
     /// Afterwards every call on the database or its connections throws
     /// ``DatabaseError/Code/databaseClosed``, `changes()` streams and checkpoint event streams
