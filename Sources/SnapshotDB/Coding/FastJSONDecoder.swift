@@ -363,18 +363,7 @@ enum FastJSON {
         }
 
         /// Where each element of the array at `index` starts.
-        func elements(_ index: Int) throws(Fallback) -> [Int] {
-            guard bytes[index] == UInt8(ascii: "[") else { throw fallBack() }
-            var elements: [Int] = []
-            var at = skipSpace(index + 1)
-            if bytes[at] == UInt8(ascii: "]") { return elements }
-            while true {
-                elements.append(at)
-                at = skipSpace(skipValue(at))
-                if bytes[at] == UInt8(ascii: "]") { return elements }
-                at = skipSpace(at + 1)
-            }
-        }
+        func elements(_ index: Int) throws(Fallback) -> [Int] { try array(index) { $0 } }
 
         /// The key of `member` as a string (unescaped: ``members(_:)`` checked that it reads).
         func keyString(_ member: Member) -> String {
