@@ -135,6 +135,55 @@ struct ViewTests {
         }
     }
 
+    /// A view registered over existing values finds every item by key, before and after moves
+    /// and removals: the rebuild writes each item's location (its page) as it scanned the
+    /// values, with gaps for values outside the view and values of other collections.
+    @Test(arguments: [false, true]) func aViewBuiltOverExistingValuesFindsEveryItemByKey(keyed: Bool) throws {
+        try withTemporaryDatabase { db throws in
+            var random = SeededGenerator(state: keyed ? 7 : 8)
+            let writer = db.newConnection(name: "writer")
+            func note() -> Note {
+                Note(
+                    title: String(format: "%05d", Int.random(in: 0..<100_000, using: &random)),
+                    folder: ["a", "b", "c"].randomElement(using: &random)!,
+                    archived: Int.random(in: 0..<10, using: &random) == 0)
+            }
+            try writer.readWrite { txn in
+                for index in 0..<2_000 {
+                    try txn.set(note(), forKey: "n\(index)", inCollection: "notes")
+                    if index % 5 == 0 { try txn.set(note(), forKey: "n\(index)", inCollection: "drafts") }
+                }
+            }
+            try db.register(Self.byTitle(keyed: keyed))
+            func check(_ when: String) throws {
+                try writer.read { txn throws in
+                    let view = try txn.view(named: "byTitle")
+                    let expected = try Self.expectedRows(txn)
+                    #expect(Self.rows(view) == expected, "\(when)")
+                    for (group, items) in expected {
+                        for (index, item) in items.enumerated() {
+                            #expect(
+                                view.index(ofKey: item.key, inCollection: "notes")
+                                    == ViewIndex(group: group, index: index), "\(when): \(item)")
+                        }
+                    }
+                }
+            }
+            try check("after the build")
+            try writer.readWrite { txn in
+                for _ in 0..<100 {
+                    let key = "n\(Int.random(in: 0..<2_000, using: &random))"
+                    if Bool.random(using: &random) {
+                        try txn.set(note(), forKey: key, inCollection: "notes")
+                    } else {
+                        try txn.removeValue(forKey: key, inCollection: "notes")
+                    }
+                }
+            }
+            try check("after moves and removals")
+        }
+    }
+
     @Test func aBookmarkReadsTheViewAtItsCommit() throws {
         try withTemporaryDatabase { db throws in
             try db.register(Self.byTitle)

@@ -339,7 +339,7 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
             },
             isValueBefore: { other, known in (known as? Value).map { self.less($0, other, value, item) } },
             value: { (other) throws(DatabaseError) in try self.value(other) },
-            storedKey: nil)
+            storedKey: nil, item: item)
     }
 
     /// Compares items with `item` at the encoded sort key `key`: the keys stored in the pages,
@@ -354,7 +354,7 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
                 throw DatabaseError(
                     .corrupt, "a keyed view's layout lacks the sort key of its page's first item \(other)")
             },
-            storedKey: key)
+            storedKey: key, item: item)
     }
 
     func probe(for key: ViewSortKey) -> ViewProbe {
@@ -699,7 +699,8 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         // Only the members' values are read and decoded.
         try beginRebuild()
         let read = try context.handle.statement(.getData)
-        for item in try membership.all() where collections?.contains(item.collection) ?? true {
+        // In key order, the order of a scan of the values, in which the map rows are written.
+        for item in try membership.all().sorted() where collections?.contains(item.collection) ?? true {
             guard let data = try read.fetchBlob(item.collection, item.key) else { continue }
             try feedRebuild(item.collection, item.key, data)
         }
@@ -724,7 +725,13 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         var items: [ViewItem] = []
         var values: [Value] = []
         var keys: [[UInt8]] = []
+        /// In a rebuild, each item's place in the scan that fed it (the map's key order, see
+        /// ``ViewPages/writeBuiltMap()``).
+        var sequences: [Int] = []
     }
+
+    /// How many values the running rebuild was fed.
+    private var fed = 0
 
     func beginRebuild() throws(DatabaseError) {
         // New, empty tables: nothing to read.
@@ -734,20 +741,23 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         store = tree
         pending = [:]
         rebuildGroups = [:]
+        fed = 0
         try tree.removeEverything()
     }
 
     func feedRebuild(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {
         let item = ViewItem(collection: collection, key: key)
         let value = try order.decode(data, item)
+        defer { fed += 1 }
         if let group = order.group(collection, key, value) {
-            add(item, value, to: &rebuildGroups[group, default: Members()])
+            add(item, value, to: &rebuildGroups[group, default: Members()], sequence: fed)
         }
     }
 
     /// Adds `item` to `members` with what orders it.
-    private func add(_ item: ViewItem, _ value: Value, to members: inout Members) {
+    private func add(_ item: ViewItem, _ value: Value, to members: inout Members, sequence: Int? = nil) {
         members.items.append(item)
+        if let sequence { members.sequences.append(sequence) }
         if order.keyed {
             members.keys.append(order.sortKey(item, value))
         } else {
@@ -758,8 +768,9 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
     func endRebuild() throws(DatabaseError) {
         let tree = try pages()
         for (group, members) in rebuildGroups {
-            let (items, keys) = sorted(members)
-            try tree.build(group: group, items: items, keys: keys)
+            let (items, keys, positions) = sorted(members)
+            try tree.build(
+                group: group, items: items, keys: keys, sequences: positions.map { members.sequences[$0] })
         }
         rebuildGroups = [:]
         try tree.writeBuiltMap()
@@ -767,12 +778,13 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         touched = [:]
     }
 
-    /// `members`' items in the view's order, with their sort keys in a keyed view.
+    /// `members`' items in the view's order, with their sort keys in a keyed view, and where each
+    /// came from in `members` (`positions[i]` is the index in `members` of the `i`th item).
     ///
     /// Sorts positions over plain arrays, not (item, value) pairs: in this generic code a pair
     /// with a `Value` is copied through runtime metadata at every access, which made the sort
     /// most of a rebuild.
-    private func sorted(_ members: Members) -> (items: [ViewItem], keys: [[UInt8]]?) {
+    private func sorted(_ members: Members) -> (items: [ViewItem], keys: [[UInt8]]?, positions: [Int]) {
         let items = members.items
         var positions = Array(0..<items.count)
         if order.keyed {
@@ -810,7 +822,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
                     }
                 }
             }
-            return (positions.map { items[$0] }, positions.map { keys[$0] })
+            return (positions.map { items[$0] }, positions.map { keys[$0] }, positions)
         }
         let values = members.values
         let isBefore = order.areInIncreasingOrder
@@ -819,7 +831,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
             if isBefore(values[b], values[a]) { return false }
             return items[a] < items[b]
         }
-        return (positions.map { items[$0] }, nil)
+        return (positions.map { items[$0] }, nil, positions)
     }
 
     /// Places the items waiting in ``pending``. A group that gets few is searched once per
@@ -847,7 +859,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
                 }
                 continue
             }
-            var (merged, mergedKeys) = sorted(members)
+            var (merged, mergedKeys, _) = sorted(members)
             if held > 0 {
                 (merged, mergedKeys) = try mergeWithGroup(group, merged, mergedKeys, members: members)
                 try pages.removeGroup(group)
