@@ -13,6 +13,12 @@ extension Database {
     /// milliseconds. Called from inside a read-write transaction of this database, a mode other
     /// than `passive` would wait for a lock its own thread holds: it throws `misuse` instead.
     ///
+    /// While such a checkpoint waits for another process's readers, it holds SQLite's write lock
+    /// (that is SQLite's checkpoint, not a choice of this library): writers of every process wait
+    /// for it, up to their own busy timeouts. Give it a short ``Configuration/busyTimeout`` or
+    /// use `passive` where other processes read for long; ``close()`` waits a few milliseconds
+    /// at most for the same reason.
+    ///
     /// ```swift
     /// let result = try db.checkpoint(.truncate)
     /// if !result.isComplete { print(db.checkpointStatus().laggingSnapshots) }
