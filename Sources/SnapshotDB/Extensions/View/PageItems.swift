@@ -156,15 +156,24 @@ struct PageItems: Equatable {
         }
     }
 
+    /// Appends `item` and its sort key in the stored form. Each string's bytes are copied whole:
+    /// an array of the two strings to loop over, and a `String.UTF8View` appended as a sequence,
+    /// made encoding a build's pages a fifth slower (callgrind, 50,000 items: 66M against 52M
+    /// instructions).
     private static func append(_ item: ViewItem, key: [UInt8]?, to bytes: inout [UInt8]) {
-        for string in [item.collection, item.key] {
-            let utf8 = string.utf8
-            withUnsafeBytes(of: Int64(utf8.count).littleEndian) { bytes += $0 }
-            bytes += utf8
-        }
+        appendField(item.collection, to: &bytes)
+        appendField(item.key, to: &bytes)
         if let key {
             withUnsafeBytes(of: Int64(key.count).littleEndian) { bytes += $0 }
             bytes += key
+        }
+    }
+
+    private static func appendField(_ string: String, to bytes: inout [UInt8]) {
+        var string = string
+        string.withUTF8 { utf8 in
+            withUnsafeBytes(of: Int64(utf8.count).littleEndian) { bytes += $0 }
+            bytes += utf8
         }
     }
 
