@@ -83,6 +83,55 @@ struct ValueCacheTests {
     }
 
     /// Values of another collection with the same key stay cached and correct.
+    /// Keys (and collections) that Swift's `String` equality holds equal but whose UTF-8 bytes
+    /// differ, such as `"é"` (U+00E9) and `"e\u{301}"`, are two rows in SQLite and two entries
+    /// in the cache: neither answers for the other, through a bookmark, a plain read, a read
+    /// inside a write, or a decode; and a commit that changes one leaves the other's cached
+    /// value in place.
+    @Test func canonicallyEquivalentKeysAreDistinctRows() throws {
+        struct Named: Codable, Equatable { var name: String }
+        let composed = "\u{E9}"
+        let decomposed = "e\u{301}"
+        #expect(composed == decomposed && Array(composed.utf8) != Array(decomposed.utf8))
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let reader = db.newConnection(name: "reader")
+            try writer.readWrite { txn in
+                try txn.setData(Data("composed".utf8), forKey: composed, inCollection: "items")
+                try txn.setData(Data("decomposed".utf8), forKey: decomposed, inCollection: "items")
+                try txn.set(Named(name: "composed"), forKey: "k", inCollection: composed)
+                try txn.set(Named(name: "decomposed"), forKey: "k", inCollection: decomposed)
+                #expect(try txn.data(forKey: composed, inCollection: "items") == Data("composed".utf8))
+                #expect(try txn.data(forKey: decomposed, inCollection: "items") == Data("decomposed".utf8))
+            }
+            try reader.beginLongLivedReadTransaction()
+            func check(_ connection: Connection, composedValue: String) throws {
+                try connection.read { txn throws in
+                    // Each read twice, the other key in between: the second comes from the cache.
+                    for _ in 0..<2 {
+                        for (key, expected) in [(decomposed, "decomposed"), (composed, composedValue)] {
+                            #expect(try txn.data(forKey: key, inCollection: "items") == Data(expected.utf8))
+                        }
+                        for (collection, expected) in [(decomposed, "decomposed"), (composed, "composed")] {
+                            #expect(
+                                try txn.value(forKey: "k", inCollection: collection, as: Named.self)
+                                    == Named(name: expected))
+                        }
+                    }
+                    #expect(Set(try txn.keys(inCollection: "items").map { Array($0.utf8) }).count == 2)
+                }
+            }
+            try check(reader, composedValue: "composed")
+            try check(writer, composedValue: "composed")
+            try writer.readWrite { txn in
+                try txn.setData(Data("composed 2".utf8), forKey: composed, inCollection: "items")
+            }
+            try reader.beginLongLivedReadTransaction()
+            try check(reader, composedValue: "composed 2")
+            try check(writer, composedValue: "composed 2")
+        }
+    }
+
     @Test func keysAreScopedByCollection() throws {
         try withTemporaryDatabase { db throws in
             let writer = db.newConnection(name: "writer")

@@ -184,6 +184,76 @@ struct ViewTests {
         }
     }
 
+    /// Keys and collections that look like SQL, hold a NUL, are empty, long, or differ only in
+    /// Unicode normalization are items like any other: a view built over them and one that
+    /// receives them one by one find each by key, in every group, and forget each removed.
+    @Test(arguments: [false, true]) func oddKeysAndCollectionsAreItemsLikeAnyOther(keyed: Bool) throws {
+        let keys = [
+            "", "\u{0}", "a\u{0}b", "'; DROP TABLE snapshotdb_values; --", "\"quoted\"", "日本", "é",
+            "e\u{301}",
+            String(repeating: "k", count: 5_000),
+        ]
+        let collections = ["notes", "o'dd\u{0}; --", "é"]
+        let view =
+            keyed
+            ? View<Note>(
+                name: "odd", version: "1", group: { collection, _, note in collection + "|" + note.folder },
+                sortKey: { _, _, note in SortKey(note.title) })
+            : View<Note>(
+                name: "odd", version: "1", group: { collection, _, note in collection + "|" + note.folder },
+                areInIncreasingOrder: { $0.title < $1.title })
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            func write(_ collection: String, in txn: ReadWriteTransaction) throws {
+                for (index, key) in keys.enumerated() {
+                    try txn.set(
+                        Note(
+                            title: "t\(keys.count - index)", folder: index % 2 == 0 ? "x" : "y",
+                            archived: false),
+                        forKey: key, inCollection: collection)
+                }
+            }
+            // Built over the first collection's values; the others arrive one by one.
+            try writer.readWrite { try write(collections[0], in: $0) }
+            try db.register(view)
+            try writer.readWrite { txn in
+                for collection in collections.dropFirst() { try write(collection, in: txn) }
+            }
+            // By index: a `Set<String>` would hold "é" and "e\u{301}" as one element.
+            func check(removed: Set<Int>) throws {
+                try writer.read { txn throws in
+                    let reader = try txn.view(named: "odd")
+                    for collection in collections {
+                        for (index, key) in keys.enumerated() {
+                            let found = reader.index(ofKey: key, inCollection: collection)
+                            if removed.contains(index) {
+                                #expect(found == nil, "\(collection) \(key.prefix(20))")
+                                continue
+                            }
+                            let group = collection + "|" + (index % 2 == 0 ? "x" : "y")
+                            #expect(found?.group == group, "\(collection) \(key.prefix(20))")
+                            if let found {
+                                #expect(
+                                    reader.item(at: found.index, inGroup: group)
+                                        == ViewItem(collection: collection, key: key))
+                            }
+                        }
+                    }
+                }
+            }
+            try check(removed: [])
+            let removed: Set<Int> = [0, 2, 3, 7]  // "", "a\u{0}b", the SQL, "e\u{301}"
+            try writer.readWrite { txn in
+                for collection in collections {
+                    for index in removed {
+                        try txn.removeValue(forKey: keys[index], inCollection: collection)
+                    }
+                }
+            }
+            try check(removed: removed)
+        }
+    }
+
     @Test func aBookmarkReadsTheViewAtItsCommit() throws {
         try withTemporaryDatabase { db throws in
             try db.register(Self.byTitle)

@@ -20,8 +20,13 @@ struct CacheKey: Hashable {
         precomputedHash = hasher.finalize()
     }
 
+    /// The same row: the same UTF-8 bytes, as SQLite compares keys. Swift's `==` on `String` is
+    /// canonical equivalence, under which `"é"` (U+00E9) and `"e\u{301}"` are equal although they
+    /// are two rows; comparing that way let one answer for the other from the cache. (The hash
+    /// stays Swift's, which equal bytes always share.)
     static func == (lhs: CacheKey, rhs: CacheKey) -> Bool {
-        lhs.precomputedHash == rhs.precomputedHash && lhs.key == rhs.key && lhs.collection == rhs.collection
+        lhs.precomputedHash == rhs.precomputedHash && sameUTF8(lhs.key, rhs.key)
+            && sameUTF8(lhs.collection, rhs.collection)
     }
 
     func hash(into hasher: inout Hasher) {

@@ -170,6 +170,32 @@ final class SQLiteStatement {
         if let failure { throw failure }
     }
 
+    /// Binds `first`, `second` and `third` in place to parameters 1, 2 and 3 and `fourth` to 4,
+    /// runs the statement (which returns no rows) and resets it: a view's map row, written once
+    /// per item of a build. Binding the three strings by copy (`SQLITE_TRANSIENT`) cost about an
+    /// eighth of each row (callgrind, 50,000 rows: 1.5k of 11k instructions per row).
+    func run(_ first: String, _ second: String, _ third: String, _ fourth: Int64) throws(DatabaseError) {
+        var first = first
+        var second = second
+        var third = third
+        let failure = first.withUTF8 { firstBytes -> DatabaseError? in
+            second.withUTF8 { secondBytes -> DatabaseError? in
+                third.withUTF8 { thirdBytes -> DatabaseError? in
+                    defer { reset() }
+                    if let error = bindText(firstBytes, at: 1) ?? bindText(secondBytes, at: 2)
+                        ?? bindText(thirdBytes, at: 3)
+                        ?? self.failure(sqlite3_bind_int64(statement, 4, fourth), "bind integer")
+                    {
+                        return error
+                    }
+                    let result = sqlite3_step(statement)
+                    return result == SQLITE_DONE ? nil : handle.error(result, context: nil)
+                }
+            }
+        }
+        if let failure { throw failure }
+    }
+
     private func bindText(_ bytes: UnsafeBufferPointer<UInt8>, at index: Int32) -> DatabaseError? {
         bytes.withMemoryRebound(to: CChar.self) { bindText($0.baseAddress, $0.count, at: index) }
     }

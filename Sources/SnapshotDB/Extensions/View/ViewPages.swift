@@ -218,12 +218,7 @@ final class ViewPages {
     }
 
     private func setLocation(of item: ViewItem, group: String, page: Int64) throws(DatabaseError) {
-        let upsert = try statements[.setLocation]
-        try upsert.bind(item.collection, at: 1)
-        try upsert.bind(item.key, at: 2)
-        try upsert.bind(group, at: 3)
-        try upsert.bind(page, at: 4)
-        try upsert.execute()
+        try statements[.setLocation].run(item.collection, item.key, group, page)
     }
 
     private func removeLocation(of item: ViewItem) throws(DatabaseError) {
@@ -615,11 +610,7 @@ final class ViewPages {
         let insert = try statements[.setLocation]
         for row in order {
             let (item, group, page) = builtMap[row]
-            try insert.bind(item.collection, at: 1)
-            try insert.bind(item.key, at: 2)
-            try insert.bind(group, at: 3)
-            try insert.bind(page, at: 4)
-            try insert.execute()
+            try insert.run(item.collection, item.key, group, page)
         }
     }
 

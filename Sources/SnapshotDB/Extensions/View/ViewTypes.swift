@@ -11,9 +11,27 @@ public struct ViewItem: Hashable, Sendable, Comparable, CustomStringConvertible 
         self.key = key
     }
 
-    /// Orders items by collection, then key: the tie-break of equal values in a view.
+    /// Orders items by collection, then key (Swift's `String` order): the tie-break of equal
+    /// values in a view. Two names that Swift's order holds equal but whose UTF-8 bytes differ
+    /// (`"é"` and `"e\u{301}"`: canonically equivalent, two keys in the database) come in the
+    /// order of their bytes.
     public static func < (lhs: ViewItem, rhs: ViewItem) -> Bool {
-        (lhs.collection, lhs.key) < (rhs.collection, rhs.key)
+        if lhs.collection != rhs.collection { return lhs.collection < rhs.collection }
+        if lhs.key != rhs.key { return lhs.key < rhs.key }
+        let collections = compareUTF8(lhs.collection, rhs.collection)
+        return collections != 0 ? collections < 0 : compareUTF8(lhs.key, rhs.key) < 0
+    }
+
+    /// The same value in the database: the same UTF-8 bytes of collection and key, as SQLite
+    /// compares them. (Swift's `String` equality would make `"é"` and `"e\u{301}"` one item.)
+    public static func == (lhs: ViewItem, rhs: ViewItem) -> Bool {
+        sameUTF8(lhs.key, rhs.key) && sameUTF8(lhs.collection, rhs.collection)
+    }
+
+    /// Hashes collection and key as `String` does (equal bytes always hash alike).
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(collection)
+        hasher.combine(key)
     }
 
     /// `collection/key`.
