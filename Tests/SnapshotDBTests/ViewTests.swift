@@ -1,4 +1,5 @@
 import Foundation
+import SnapshotDBTestSupport
 import Testing
 
 @testable import SnapshotDB
@@ -251,6 +252,71 @@ struct ViewTests {
                 }
             }
             try check(removed: removed)
+        }
+    }
+
+    /// Group names that Swift's `String` equality holds equal ("Café" composed and decomposed)
+    /// are one group, before and after the file is opened again, and keep working through moves
+    /// between the spellings.
+    @Test(arguments: [false, true]) func groupNamesEqualInSwiftAreOneGroup(keyed: Bool) throws {
+        let composed = "Caf\u{E9}"
+        let decomposed = "Cafe\u{301}"
+        let byFolder =
+            keyed
+            ? View<Note>(
+                name: "byFolder", version: "1", group: { _, _, note in note.folder },
+                sortKey: { _, _, note in SortKey(note.title) })
+            : View<Note>(
+                name: "byFolder", version: "1", group: { _, _, note in note.folder },
+                areInIncreasingOrder: { $0.title < $1.title })
+        try withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("groups.sqlite").path
+            func note(_ index: Int, _ folder: String) -> Note {
+                Note(title: String(format: "%03d", index), folder: folder, archived: false)
+            }
+            func expectOneGroup(_ db: Database, count: Int) throws {
+                try db.newConnection().read { txn throws in
+                    let view = try txn.view(named: "byFolder")
+                    #expect(view.groups.count == 1)
+                    #expect(view.groups.first == composed)
+                    #expect(view.count(inGroup: composed) == count)
+                    #expect(view.count(inGroup: decomposed) == count)
+                    let titles = try view.items(inGroup: decomposed).map {
+                        try txn.value(forKey: $0.key, inCollection: $0.collection, as: Note.self)!.title
+                    }
+                    #expect(titles == titles.sorted() && titles.count == count)
+                }
+            }
+            do {
+                let db = try Database(path: path)
+                try db.register(byFolder)
+                try db.newConnection().readWrite { txn in
+                    for index in 0..<300 {
+                        try txn.set(
+                            note(index, index % 2 == 0 ? composed : decomposed), forKey: "n\(index)",
+                            inCollection: "notes")
+                    }
+                }
+                try expectOneGroup(db, count: 300)
+                try db.newConnection().readWrite { txn in
+                    for index in 0..<100 {
+                        try txn.set(
+                            note(index + 1_000, index % 2 == 0 ? decomposed : composed), forKey: "n\(index)",
+                            inCollection: "notes")
+                    }
+                    for index in 100..<150 { try txn.removeValue(forKey: "n\(index)", inCollection: "notes") }
+                }
+                try expectOneGroup(db, count: 250)
+                try db.close()
+            }
+            let db = try Database(path: path)
+            try db.register(byFolder)
+            try expectOneGroup(db, count: 250)
+            try db.newConnection().readWrite { txn in
+                try txn.set(note(5_000, decomposed), forKey: "n200", inCollection: "notes")
+            }
+            try expectOneGroup(db, count: 250)
+            try db.close()
         }
     }
 
