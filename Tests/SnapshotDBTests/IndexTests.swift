@@ -160,6 +160,33 @@ struct IndexTests {
         name: "articles", version: "1", collections: ["articles"], columns: ["title", "body"],
         extract: { _, _, article in ["title": article.title, "body": article.body] })
 
+    /// An indexed text whose value changes only in Unicode normalization ("Café" composed, then
+    /// decomposed: equal under Swift's `==`, two strings to SQLite) is written again, in a
+    /// secondary index and in a full-text index: the indexes hold the new bytes.
+    @Test func textThatChangesOnlyInNormalizationIsWrittenAgain() throws {
+        let composed = "Caf\u{E9}"
+        let decomposed = "Cafe\u{301}"
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.people)
+            try db.register(Self.articles)
+            let writer = db.newConnection(name: "writer")
+            for city in [composed, decomposed] {
+                try writer.readWrite { txn in
+                    try txn.set(
+                        Person(city: city, age: 30, score: nil), forKey: "ada", inCollection: "people")
+                    try txn.set(Article(title: city, body: "menu"), forKey: "a", inCollection: "articles")
+                }
+            }
+            try writer.read { txn throws in
+                let people = try txn.index(named: "people")
+                #expect(try people.keys(where: "city = ?", [.text(decomposed)]).map(\.key) == ["ada"])
+                #expect(try people.keys(where: "city = ?", [.text(composed)]).isEmpty)
+            }
+            let titles = try sqlite3(db.path, "SELECT hex(title) FROM snapshotdb_x8_articles_fts;")
+            #expect(titles == Array(decomposed.utf8).map { String(format: "%02X", $0) }.joined() + "\n")
+        }
+    }
+
     @Test func fullTextSearchRanksSnippetsAndRefusesBadQueries() throws {
         try withTemporaryDatabase { db throws in
             try db.register(Self.articles)

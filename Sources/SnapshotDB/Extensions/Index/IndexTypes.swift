@@ -62,6 +62,14 @@ public enum IndexValue: Hashable, Sendable, ExpressibleByStringLiteral, Expressi
         }
     }
 
+    /// Whether the index holds the same thing for both: text by its UTF-8 bytes, as SQLite
+    /// compares it (Swift's `==` holds `"é"` and `"e\u{301}"` equal, and an update between the
+    /// two would have left the old bytes in the index), other values by `==`.
+    func isStored(as other: IndexValue) -> Bool {
+        if case .text(let text) = self, case .text(let otherText) = other { return sameUTF8(text, otherText) }
+        return self == other
+    }
+
     func bind(to statement: SQLiteStatement, at index: Int32) throws(DatabaseError) {
         switch self {
         case .text(let text): try statement.bind(text, at: index)

@@ -217,7 +217,9 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
         try select.bind(key, at: 2)
         guard try select.step() else { return false }
         for (offset, column) in index.columns.enumerated() {
-            guard IndexValue(select, at: Int32(offset)) == (columns[column.name] ?? .null) else {
+            guard let stored = IndexValue(select, at: Int32(offset)),
+                stored.isStored(as: columns[column.name] ?? .null)
+            else {
                 return false
             }
         }

@@ -110,7 +110,8 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
         let id: Int64
         if !rebuilding, let stored = try stored(key: key, collection: collection) {
             // Most writes leave the indexed text as it was: then FTS5's index is not touched.
-            if stored.texts == wanted { return }
+            // By bytes: Swift's `==` holds "é" and "e\u{301}" equal, which FTS5 does not.
+            if stored.texts.count == wanted.count, zip(stored.texts, wanted).allSatisfy(sameUTF8) { return }
             // The item keeps its row id and map row; only its text is replaced.
             let delete = try statements[.deleteText]
             try delete.bind(stored.id, at: 1)
