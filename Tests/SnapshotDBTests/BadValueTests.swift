@@ -104,6 +104,34 @@ struct BadValueTests {
         }
     }
 
+    /// A key that a foreign client wrote as text that is not UTF-8, or as a blob, is no Swift
+    /// string: SQLite does not check text, and SnapshotDB lists such a key with U+FFFD in place of
+    /// the bad bytes, cannot read it by that name, and goes on working (the foreign write is
+    /// sealed as a commit, the other keys are untouched, the file stays sound).
+    @Test func aForeignKeyThatIsNotUTF8IsListedRepairedAndLeftAlone() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.setData(Data("A".utf8), forKey: "a", inCollection: "x") }
+            let before = db.latestCommit
+            try run(
+                "/usr/bin/sqlite3",
+                [
+                    db.path,
+                    "INSERT INTO snapshotdb_values(collection, key, data) "
+                        + "VALUES ('x', CAST(X'FF41' AS TEXT), X'42'), ('x', X'FF42', X'43')",
+                ])
+            try writer.readWrite { try $0.setData(Data("Z".utf8), forKey: "z", inCollection: "x") }
+            #expect(db.latestCommit == before + 2)
+            try writer.read { txn throws in
+                #expect(Set(try txn.keys(inCollection: "x")) == ["a", "\u{FFFD}A", "\u{FFFD}B", "z"])
+                #expect(try txn.data(forKey: "\u{FFFD}A", inCollection: "x") == nil)
+                #expect(try txn.data(forKey: "a", inCollection: "x") == Data("A".utf8))
+                #expect(try txn.data(forKey: "z", inCollection: "x") == Data("Z".utf8))
+            }
+            #expect(try isIntact(db.path))
+        }
+    }
+
     @Test func keyLargerThanSQLiteAcceptsThrowsValueTooLarge() throws {
         try withTemporaryDatabase { db throws in
             let writer = db.newConnection(name: "writer")
