@@ -132,6 +132,38 @@ struct ValueCacheTests {
         }
     }
 
+    /// A commit that sets `"é"` and removes `"e\u{301}"` (equal in Swift, two keys in the
+    /// database) lists the one as set and the other as removed, by their bytes: in the advance's
+    /// changeset and in the durable history.
+    @Test func aChangesetKeepsASetAndARemovalOfCanonicallyEquivalentKeys() throws {
+        let composed = "\u{E9}"
+        let decomposed = "e\u{301}"
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let reader = db.newConnection(name: "reader")
+            try writer.readWrite { try $0.setData(Data([1]), forKey: decomposed, inCollection: "items") }
+            try reader.beginLongLivedReadTransaction()
+            let before = db.latestCommit
+            try writer.readWrite { txn in
+                try txn.setData(Data([2]), forKey: composed, inCollection: "items")
+                try txn.removeValue(forKey: decomposed, inCollection: "items")
+            }
+            let advanced = try reader.beginLongLivedReadTransaction()
+            let logged = try reader.read { try $0.changes(after: before) }
+            for changes in [advanced, logged] {
+                #expect(changes.count == 1)
+                #expect(
+                    changes.first?.setKeys["items"].map { $0.map { Array($0.utf8) } } == [
+                        Array(composed.utf8)
+                    ])
+                #expect(
+                    changes.first?.removedKeys["items"].map { $0.map { Array($0.utf8) } } == [
+                        Array(decomposed.utf8)
+                    ])
+            }
+        }
+    }
+
     @Test func keysAreScopedByCollection() throws {
         try withTemporaryDatabase { db throws in
             let writer = db.newConnection(name: "writer")
