@@ -1,5 +1,3 @@
-internal import Foundation
-
 /// Whether two strings are the same UTF-8 bytes: the identity of a key or collection name in
 /// the database, where SQLite compares bytes.
 ///
@@ -16,13 +14,6 @@ func compareUTF8(_ lhs: String, _ rhs: String) -> Int {
     var lhs = lhs
     var rhs = rhs
     return lhs.withUTF8 { left in
-        rhs.withUTF8 { right in
-            let common = min(left.count, right.count)
-            if common > 0 {
-                let order = memcmp(left.baseAddress!, right.baseAddress!, common)
-                if order != 0 { return Int(order) }
-            }
-            return left.count - right.count
-        }
+        rhs.withUTF8 { right in SortKey.compare(UnsafeRawBufferPointer(left), UnsafeRawBufferPointer(right)) }
     }
 }

@@ -69,6 +69,22 @@ public struct SortKey: Sendable, Hashable, Comparable, CustomStringConvertible {
         return lhs.count - rhs.count
     }
 
+    /// Whether the encoded key `lhs` of `lhsItem` sorts before `rhs` of `rhsItem` in a keyed
+    /// view: the keys' bytes, then the items.
+    static func less(_ lhs: [UInt8], _ lhsItem: ViewItem, _ rhs: [UInt8], _ rhsItem: ViewItem) -> Bool {
+        less(keyOrder: compare(lhs, rhs), lhsItem, rhsItem)
+    }
+
+    /// Whether an item sorts before another in a keyed view, given the `memcmp` order of their
+    /// keys: the keys, then the items (the one rule of a keyed view, wherever its keys lie).
+    static func less(
+        keyOrder: Int, _ lhsItem: @autoclosure () -> ViewItem, _ rhsItem: @autoclosure () -> ViewItem
+    )
+        -> Bool
+    {
+        keyOrder < 0 || (keyOrder == 0 && lhsItem() < rhsItem())
+    }
+
     /// The key's bytes in hexadecimal.
     public var description: String {
         "SortKey(" + bytes.map { String($0, radix: 16).leftPadded(to: 2) }.joined() + ")"

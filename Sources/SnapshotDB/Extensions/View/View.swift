@@ -283,22 +283,6 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
         return lhsItem < rhsItem
     }
 
-    /// Whether the encoded key `lhs` of `lhsItem` sorts before `rhs` of `rhsItem`: the keys'
-    /// bytes, then the items.
-    static func less(_ lhs: [UInt8], _ lhsItem: ViewItem, _ rhs: [UInt8], _ rhsItem: ViewItem) -> Bool {
-        less(keyOrder: SortKey.compare(lhs, rhs), lhsItem, rhsItem)
-    }
-
-    /// Whether an item sorts before another, given the `memcmp` order of their keys: the keys,
-    /// then the items (the one rule of a keyed view, wherever its keys lie).
-    static func less(
-        keyOrder: Int, _ lhsItem: @autoclosure () -> ViewItem, _ rhsItem: @autoclosure () -> ViewItem
-    )
-        -> Bool
-    {
-        keyOrder < 0 || (keyOrder == 0 && lhsItem() < rhsItem())
-    }
-
     func currentKey(_ item: ViewItem, page: Int64, in pages: ViewPages) throws(DatabaseError) -> ViewSortKey {
         guard keyed else { return ViewSortKey(item: item, value: try value(item)) }
         guard let key = try pages.sortKey(of: item, page: page) else {
@@ -323,7 +307,8 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
     func less(_ lhs: ViewSortKey, _ rhs: ViewSortKey) -> Bool {
         // The keys were made by this order: `SortKey`s in a keyed view, `Value`s otherwise.
         if keyed {
-            return Self.less((lhs.value as! SortKey).bytes, lhs.item, (rhs.value as! SortKey).bytes, rhs.item)
+            return SortKey.less(
+                (lhs.value as! SortKey).bytes, lhs.item, (rhs.value as! SortKey).bytes, rhs.item)
         }
         return less(lhs.value as! Value, lhs.item, rhs.value as! Value, rhs.item)
     }
@@ -347,9 +332,11 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
     static func probe(_ item: ViewItem, key: [UInt8]) -> ViewProbe {
         ViewProbe(
             isBefore: { items, index in
-                less(keyOrder: items.compareSortKey(at: index, with: key), items[index], item)
+                SortKey.less(keyOrder: items.compareSortKey(at: index, with: key), items[index], item)
             },
-            isValueBefore: { other, known in (known as? SortKey).map { less($0.bytes, other, key, item) } },
+            isValueBefore: { other, known in
+                (known as? SortKey).map { SortKey.less($0.bytes, other, key, item) }
+            },
             value: { (other) throws(DatabaseError) in
                 throw DatabaseError(
                     .corrupt, "a keyed view's layout lacks the sort key of its page's first item \(other)")
@@ -814,7 +801,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
                 starts.withUnsafeBufferPointer { starts in
                     positions.sort { a, b in
                         if prefixes[a] != prefixes[b] { return prefixes[a] < prefixes[b] }
-                        return ViewOrder<Value>.less(
+                        return SortKey.less(
                             keyOrder: SortKey.compare(
                                 UnsafeRawBufferPointer(rebasing: buffer[starts[a]..<starts[a + 1]]),
                                 UnsafeRawBufferPointer(rebasing: buffer[starts[b]..<starts[b + 1]])),
@@ -884,7 +871,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         if let newKeys {
             (current, currentKeys) = try pages.keyedItems(inGroup: group)
             newBeforeCurrent = { n, c in
-                ViewOrder<Value>.less(newKeys[n], new[n], currentKeys![c], current[c])
+                SortKey.less(newKeys[n], new[n], currentKeys![c], current[c])
             }
         } else {
             current = try pages.items(inGroup: group)

@@ -205,8 +205,7 @@ struct ViewPageList: Sendable {
         // a binary search cost a dynamic cast and an existential copy (about 900 instructions,
         // a tenth of them in the comparison itself).
         if let key = probe.storedKey, let firstKey = entry.firstKey {
-            let order = SortKey.compare(firstKey, key)
-            return order < 0 || (order == 0 && entry.first < probe.item)
+            return SortKey.less(firstKey, entry.first, key, probe.item)
         }
         if let known = entry.firstValue, let answer = probe.isValueBefore(entry.first, known) {
             return answer
