@@ -74,6 +74,42 @@ struct ExtensionProcessTests {
         }
     }
 
+    /// A process that registers a view the file already holds, after it wrote, keeps the view
+    /// from its next write on: the writer's upkeep check (which it caches while neither the
+    /// file's catalog nor the registry changes) sees the registration, though the file's schema
+    /// did not change.
+    @Test func aViewRegisteredAfterAWriteIsKeptByTheNextWrite() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("db.sqlite").path
+            do {
+                let db = try Database(path: path)
+                try db.register(ViewTests.byTitle)
+                try db.newConnection().readWrite {
+                    try $0.set(
+                        Note(title: "a", folder: "inbox", archived: false), forKey: "n1",
+                        inCollection: "notes")
+                }
+            }
+            let db = try Database(path: path)
+            let writer = db.newConnection(name: "writer")
+            // Nothing registered yet: a write outside the view's collections leaves it alone.
+            try writer.readWrite { try $0.set(Item(title: "x"), forKey: "x", inCollection: "other") }
+            let schema = try sqlite3(path, "PRAGMA schema_version")
+            try db.register(ViewTests.byTitle)
+            // The same version, not stale: kept as it is, no table made again.
+            #expect(try sqlite3(path, "PRAGMA schema_version") == schema)
+            try writer.readWrite {
+                try $0.set(
+                    Note(title: "b", folder: "inbox", archived: false), forKey: "n2", inCollection: "notes")
+            }
+            try db.newConnection().read { txn throws in
+                let view = try txn.view(named: "byTitle")
+                #expect(view.items(inGroup: "inbox").map(\.key) == ["n1", "n2"])
+                #expect(ViewTests.rows(view) == (try ViewTests.expectedRows(txn)))
+            }
+        }
+    }
+
     @Test func twoVersionsInTwoProcessesAreATypedConflictNamingBoth() throws {
         try withTemporaryDatabase { db throws in
             try db.register(ViewTests.byTitle)

@@ -22,6 +22,12 @@ struct DatabaseState {
     var codecsFrozen = false
     /// The registered extensions, by name (see ``Database/register(_:)``).
     var extensions: [String: any ExtensionDefinition] = [:]
+    /// The same, those with dependencies last, then by name (``Database/extensionDefinitions()``),
+    /// ordered when the registry changes rather than in every write transaction.
+    var orderedExtensions: [any ExtensionDefinition] = []
+    /// Counts the changes of ``extensions``: what is derived from the registry (the writer's
+    /// upkeep check) is cached under it.
+    var extensionGeneration: UInt64 = 0
 }
 
 extension Database {

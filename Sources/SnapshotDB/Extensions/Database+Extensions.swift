@@ -148,13 +148,10 @@ extension Database {
         state.withLock { $0.extensions.keys.sorted() }
     }
 
-    /// The registered extensions, for a transaction's hooks.
-    /// The registered extensions, those with dependencies last (so that their writers run after
-    /// the writers of what they read), then by name.
+    /// The registered extensions, for a transaction's hooks: those with dependencies last (so
+    /// that their writers run after the writers of what they read), then by name.
     func extensionDefinitions() -> [any ExtensionDefinition] {
-        state.withLock { Array($0.extensions.values) }.sorted {
-            ($0.dependencies.isEmpty ? 0 : 1, $0.name) < ($1.dependencies.isEmpty ? 0 : 1, $1.name)
-        }
+        state.withLock { $0.orderedExtensions }
     }
 
     func extensionDefinition(named name: String) -> (any ExtensionDefinition)? {
@@ -164,6 +161,10 @@ extension Database {
     func setExtension(_ definition: (any ExtensionDefinition)?, named name: String) {
         let count = state.withLock { state in
             state.extensions[name] = definition
+            state.orderedExtensions = state.extensions.values.sorted {
+                ($0.dependencies.isEmpty ? 0 : 1, $0.name) < ($1.dependencies.isEmpty ? 0 : 1, $1.name)
+            }
+            state.extensionGeneration &+= 1
             return state.extensions.count
         }
         extensionCount.store(count, ordering: .releasing)

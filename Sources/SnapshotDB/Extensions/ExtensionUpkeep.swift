@@ -49,25 +49,59 @@ struct ExtensionCatalogEntry: Sendable {
 }
 
 /// The file's extension catalog as this process last read it, keyed by the schema version it
-/// was read at.
+/// was read at, and the upkeep last derived from it, keyed by that and the registry's
+/// generation (``DatabaseState/extensionGeneration``): a write transaction whose file and
+/// registry did not change since the last one reuses both.
 final class ExtensionCatalogCache: Sendable {
-    private let cached = Mutex<(schemaVersion: Int64, entries: [ExtensionCatalogEntry])?>(nil)
+    private struct Cached {
+        var schemaVersion: Int64
+        var entries: [ExtensionCatalogEntry]
+        var upkeep: (generation: UInt64, upkeep: ExtensionUpkeep)?
+    }
 
-    /// The catalog in the open transaction on `handle`, read again only when the schema changed.
-    func entries(on handle: SQLiteHandle) throws(DatabaseError) -> [ExtensionCatalogEntry] {
+    private let cached = Mutex<Cached?>(nil)
+
+    /// The catalog in the open transaction on `handle` and the schema version it was read at
+    /// (again only when that changed), with the upkeep derived from it for registry
+    /// `generation`, if any.
+    func entries(on handle: SQLiteHandle, generation: UInt64) throws(DatabaseError)
+        -> (entries: [ExtensionCatalogEntry], schemaVersion: Int64, upkeep: ExtensionUpkeep?)
+    {
         let version = try handle.int64Statement(.fixSnapshot)
-        if let cached = cached.withLock({ $0 }), cached.schemaVersion == version { return cached.entries }
+        if let cached = cached.withLock({ $0 }), cached.schemaVersion == version {
+            let upkeep = cached.upkeep.flatMap { $0.generation == generation ? $0.upkeep : nil }
+            return (cached.entries, version, upkeep)
+        }
         let entries = try ExtensionCatalog.entries(handle: handle)
-        cached.withLock { $0 = (version, entries) }
-        return entries
+        cached.withLock { $0 = Cached(schemaVersion: version, entries: entries) }
+        return (entries, version, nil)
+    }
+
+    /// Keeps `upkeep`, derived from the catalog of `schemaVersion` and registry `generation`.
+    func keep(_ upkeep: ExtensionUpkeep, generation: UInt64, schemaVersion: Int64) {
+        cached.withLock { cached in
+            guard cached?.schemaVersion == schemaVersion else { return }
+            cached?.upkeep = (generation, upkeep)
+        }
     }
 }
 
 extension Database {
     /// What the write transaction on `handle` (just begun) must not write and must mark stale.
     func extensionUpkeep(on handle: SQLiteHandle) throws(DatabaseError) -> ExtensionUpkeep {
-        let entries = try extensionCatalogCache.entries(on: handle)
-        let registered = state.withLock { $0.extensions }
+        let (generation, registered) = state.withLock { ($0.extensionGeneration, $0.extensions) }
+        let catalog = try extensionCatalogCache.entries(on: handle, generation: generation)
+        if let cached = catalog.upkeep { return cached }
+        let upkeep = Self.upkeep(entries: catalog.entries, registered: registered)
+        extensionCatalogCache.keep(upkeep, generation: generation, schemaVersion: catalog.schemaVersion)
+        return upkeep
+    }
+
+    /// What a write transaction must not write and must mark stale, when the file's catalog
+    /// holds `entries` and this process registered `registered`.
+    private static func upkeep(
+        entries: [ExtensionCatalogEntry], registered: [String: any ExtensionDefinition]
+    ) -> ExtensionUpkeep {
         guard !entries.isEmpty || !registered.isEmpty else { return .none }
         var upkeep = ExtensionUpkeep()
         var inFile: Set<String> = []

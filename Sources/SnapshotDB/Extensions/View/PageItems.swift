@@ -86,20 +86,30 @@ struct PageItems: Equatable {
         return offsets[index] + Self.itemSize(buffer, at: offsets[index])
     }
 
+    /// The index of `item` (by its bytes), comparing each stored item where it lies: its key
+    /// first, which tells items of one collection apart, then its collection.
     func firstIndex(of item: ViewItem) -> Int? {
-        var encoded: [UInt8] = []
-        Self.append(item, key: nil, to: &encoded)
-        return bytes.withUnsafeBytes { buffer -> Int? in
-            encoded.withUnsafeBytes { wanted -> Int? in
-                for index in 0..<offsets.count {
-                    let start = offsets[index]
-                    let size = keyed ? Self.itemSize(buffer, at: start) : end(of: index) - start
-                    guard size == wanted.count else { continue }
-                    if memcmp(buffer.baseAddress! + start, wanted.baseAddress!, wanted.count) == 0 {
+        var collection = item.collection
+        var key = item.key
+        return collection.withUTF8 { collection in
+            key.withUTF8 { key in
+                bytes.withUnsafeBytes { buffer -> Int? in
+                    let base = buffer.baseAddress!
+                    for index in 0..<offsets.count {
+                        // A page's lengths were checked when it was read or made.
+                        let start = offsets[index]
+                        let collectionCount = Self.int(buffer, at: start)!
+                        let keyStart = start + 8 + collectionCount
+                        guard Self.int(buffer, at: keyStart)! == key.count,
+                            collectionCount == collection.count,
+                            key.isEmpty || memcmp(base + keyStart + 8, key.baseAddress!, key.count) == 0,
+                            collection.isEmpty
+                                || memcmp(base + start + 8, collection.baseAddress!, collection.count) == 0
+                        else { continue }
                         return index
                     }
+                    return nil
                 }
-                return nil
             }
         }
     }
