@@ -75,21 +75,43 @@ enum Schema {
             expired INTEGER NOT NULL DEFAULT 0,
             updated REAL NOT NULL
         );
+        \(foreignWriteTriggers)
+        INSERT INTO snapshotdb_meta(name, value) VALUES ('identity', random());
+        """
+
+    /// Notes the key of `row` (`NEW` or `OLD`) in `snapshotdb_foreign_changes` unless it is
+    /// there already. Not `INSERT OR IGNORE`: the conflict policy of the statement that fired the
+    /// trigger overrides the trigger's own, so a foreign client's UPSERT (whose `DO UPDATE` runs as
+    /// `ABORT`), `UPDATE OR ABORT`, `OR FAIL` or `OR ROLLBACK` of a key already noted failed on
+    /// the table's primary key; a statement that cannot conflict has no policy to take.
+    private static func noteForeignKey(_ row: String) -> String {
+        """
+        INSERT INTO snapshotdb_foreign_changes SELECT \(row).collection, \(row).key WHERE NOT EXISTS
+                (SELECT 1 FROM snapshotdb_foreign_changes WHERE collection = \(row).collection AND key = \(row).key);
+        """
+    }
+
+    /// The triggers that count and note the writes of foreign clients (SnapshotDB's own
+    /// connections run with triggers disabled).
+    static let foreignWriteTriggers = """
         CREATE TRIGGER snapshotdb_external_insert AFTER INSERT ON snapshotdb_values BEGIN
             UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
-            INSERT OR IGNORE INTO snapshotdb_foreign_changes VALUES (NEW.collection, NEW.key);
+            \(noteForeignKey("NEW"))
         END;
         CREATE TRIGGER snapshotdb_external_update AFTER UPDATE ON snapshotdb_values BEGIN
             UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
-            INSERT OR IGNORE INTO snapshotdb_foreign_changes VALUES (OLD.collection, OLD.key);
-            INSERT OR IGNORE INTO snapshotdb_foreign_changes VALUES (NEW.collection, NEW.key);
+            \(noteForeignKey("OLD"))
+            \(noteForeignKey("NEW"))
         END;
         CREATE TRIGGER snapshotdb_external_delete AFTER DELETE ON snapshotdb_values BEGIN
             UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'external';
-            INSERT OR IGNORE INTO snapshotdb_foreign_changes VALUES (OLD.collection, OLD.key);
+            \(noteForeignKey("OLD"))
         END;
-        INSERT INTO snapshotdb_meta(name, value) VALUES ('identity', random());
         """
+
+    /// The text by which the triggers of files written before 0.2 are told apart (see
+    /// ``upgradeForeignWriteTriggers(_:path:logger:)``).
+    static let conflictingTriggerText = "INSERT OR IGNORE INTO snapshotdb_foreign_changes"
 
     /// The current schema, for a new file. Version 2 added `snapshotdb_values.metadata`,
     /// version 3 the durable history (its row 0 starts the history of a new file).
@@ -225,10 +247,43 @@ enum Schema {
             }
             migrated += 1
         }
+        try upgradeForeignWriteTriggers(handle, path: path, logger: logger)
         let mode = try handle.string("PRAGMA journal_mode = WAL")
         guard mode?.lowercased() == "wal" else {
             throw DatabaseError(
                 .sqlite, "\(path) could not be switched to WAL mode (got \(mode ?? "nothing"))")
+        }
+    }
+
+    /// Replaces the foreign-write triggers of a file written before 0.2, which made a foreign
+    /// client's UPSERT fail (see ``noteForeignKey(_:)``), by the current ones. They count and note
+    /// the same writes, so the schema version stays: a file upgraded here is still read by
+    /// earlier versions of this library. A read-only file keeps its triggers.
+    static func upgradeForeignWriteTriggers(_ handle: SQLiteHandle, path: String, logger: Logger)
+        throws(DatabaseError)
+    {
+        let outdated = """
+            SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND name LIKE 'snapshotdb_external_%'
+                AND instr(sql, '\(conflictingTriggerText)') > 0
+            """
+        guard try handle.int64(outdated) ?? 0 > 0 else { return }
+        do {
+            try handle.execute("BEGIN IMMEDIATE")
+            // Another process may have replaced them meanwhile.
+            if try handle.int64(outdated) ?? 0 > 0 {
+                try handle.execute(
+                    """
+                    DROP TRIGGER snapshotdb_external_insert;
+                    DROP TRIGGER snapshotdb_external_update;
+                    DROP TRIGGER snapshotdb_external_delete;
+                    \(foreignWriteTriggers)
+                    """)
+            }
+            try handle.execute("COMMIT")
+        } catch {
+            handle.rollback(
+                after: "a failed upgrade of the foreign-write triggers of \(path)", logger: logger)
+            guard error.code == .readOnly else { throw error }
         }
     }
 
