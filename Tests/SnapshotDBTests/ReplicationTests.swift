@@ -185,6 +185,72 @@ struct LitestreamTests {
         }
     }
 
+    /// Real Litestream started after the open: its read lock keeps every PASSIVE pass from
+    /// completing, so it must be recognized by the passes themselves, not only before a reset
+    /// (which would never be asked for). Its reader is then expected: no warning, no stall
+    /// blamed on a stranger.
+    @Test(.enabled(if: LitestreamTests.litestream != nil))
+    func aRealLitestreamStartedAfterTheOpenIsRecognizedAndNeverBlamed() throws {
+        let tool = try #require(Self.litestream)
+        let logs = LogCapture()
+        let metrics = TestMetrics()
+        let configuration = ReplicationTests.configuration(metrics, label: "late", logs: logs)
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("late.sqlite").path
+            let db = try Database(path: path, configuration: configuration)
+            let writer = db.newConnection(name: "writer")
+            try writeCommits(writer, count: 5)
+            db.checkpointer.waitForIdle()
+            #expect(db.checkpointing == .automatic)
+            let litestream = try ChildProcess(
+                tool, ["replicate", path, "file://" + directory.appendingPathComponent("replica").path])
+            defer { Self.stop(litestream) }
+            try Self.waitForTables(path)
+            // Past the warning size (256 KiB) many times over, in passes of 64 pages.
+            try writeCommits(writer, count: 300, offset: 1_000)
+            db.checkpointer.waitForIdle()
+            #expect(db.checkpointing == .external(replicator: "litestream"))
+            let readers = db.checkpointStatus().externalReaders
+            #expect(!readers.isEmpty, "Litestream holds a read lock while it runs")
+            #expect(readers.allSatisfy { $0.isReplicator }, "\(readers)")
+            #expect(logs.messages(at: .warning).isEmpty, "\(logs.messages(at: .warning))")
+            #expect(ReplicationTests.resets(metrics, label: "late") == 0)
+        }
+    }
+
+    /// The hard WAL limit names this process's laggard, never Litestream, and lets writes go on
+    /// as soon as the laggard is released, though Litestream keeps its read lock (before, its
+    /// reader counted as a pin and writes were refused for as long as it ran).
+    @Test(.enabled(if: LitestreamTests.litestream != nil))
+    func theHardLimitBesideRealLitestreamBlamesTheLaggardAndReleasesWithIt() throws {
+        let tool = try #require(Self.litestream)
+        var configuration = CheckpointTests.smallConfiguration()
+        configuration.checkpointing = .external(replicator: "litestream")
+        configuration.walHardLimitBytes = 512 << 10
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("limited.sqlite").path
+            let db = try Database(path: path, configuration: configuration)
+            let writer = db.newConnection(name: "writer")
+            try writeCommits(writer, count: 5)
+            let litestream = try ChildProcess(
+                tool, ["replicate", path, "file://" + directory.appendingPathComponent("replica").path])
+            defer { Self.stop(litestream) }
+            try Self.waitForTables(path)
+            let laggard = db.newConnection(name: "laggard")
+            try laggard.beginLongLivedReadTransaction()
+            try writeUntilWAL(of: db, exceeds: 512 << 10, through: writer, limit: 2_000)
+            let committed = db.latestCommit
+            let error = expectError(.walLimitExceeded) { try writeCommits(writer, count: 1, offset: 50_000) }
+            #expect(error?.message.contains("connection 'laggard'") == true, "\(String(describing: error))")
+            #expect(error?.message.contains("litestream") == false, "\(String(describing: error))")
+            #expect(db.checkpointStatus().externalReaders.contains { $0.isReplicator })
+
+            try laggard.endLongLivedReadTransaction()
+            try writeCommits(writer, count: 3, offset: 60_000)
+            #expect(db.latestCommit == committed + 3)
+        }
+    }
+
     @Test(.enabled(if: LitestreamTests.litestream != nil))
     func litestreamReplicatesBesideBookmarksAndViewsAndARestoreOpensConsistent() throws {
         let tool = try #require(Self.litestream)

@@ -81,6 +81,7 @@ extension Checkpointer {
         let explained = !culprits.isEmpty || !unexpectedReaders.isEmpty
         let warningBytes = configuration.walWarningBytes
         let interval = configuration.warningInterval
+        let replicated = replicator != nil
         let verdict = state.withLock { state -> Verdict in
             var verdict = Verdict()
             // A stall matters only when it holds back at least a checkpoint's worth of frames:
@@ -90,7 +91,10 @@ extension Checkpointer {
                 result.map {
                     $0.walFrames - $0.checkpointedFrames >= max(1, configuration.checkpointThresholdPages)
                 } ?? false
-            let persistent = stalled && significant && (explained || state.monitor.wasStalled)
+            // Twice stalled with no one to name is a stranger this process cannot see, unless a
+            // replicator holds the WAL: its reader is what stops every pass then, by design.
+            let persistent =
+                stalled && significant && (explained || (state.monitor.wasStalled && !replicated))
             if result != nil { state.monitor.wasStalled = stalled }
             if persistent && !state.monitor.announcedStall {
                 state.monitor.announcedStall = true

@@ -17,6 +17,10 @@ extension Checkpointer {
     /// A PASSIVE checkpoint, then a reset of the WAL when nothing pins it.
     func runAutomatic(_ database: Database) {
         let startedAt = ContinuousClock.now
+        // A Litestream started after the open is recognized here, not only before a reset: its
+        // read lock keeps every pass from completing, so no reset would ever ask, and until then
+        // its reader would be taken for a stranger (named in warnings, counted by the hard limit).
+        _ = leavesWALToReplicator()
         let before = database.snapshotRecords()
         var final: CheckpointResult?
         // Writers keep appending while a checkpoint copies. The reset holds them back while it

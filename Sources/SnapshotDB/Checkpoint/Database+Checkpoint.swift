@@ -79,17 +79,21 @@ extension Database {
     ///
     /// Only the pins decide: once they are released, writes are allowed again at once (the WAL
     /// is then reset by the checkpoint this queues), and nothing already committed is touched.
+    /// The replicator's reader (Litestream's) is no pin here: the WAL is its to checkpoint and
+    /// reset, it holds its read lock for as long as it runs, and the WAL's size it leaves (its
+    /// checkpoint restarts the WAL at the next write) would never reach this process's count.
     func checkWriteAllowed() throws(DatabaseError) {
         checkpointer.waitIfWritersOutrunCheckpoints()
         guard let limit = configuration.walHardLimitBytes, checkpointer.knownWALBytes > limit else { return }
         let status = checkpointer.status(of: self, probingLocks: true)
         checkpointer.requestCheckpoint()
         let lagging = status.laggingSnapshots
-        guard !lagging.isEmpty || !status.externalReaders.isEmpty else { return }
+        let readers = status.externalReaders.filter { !$0.isReplicator }
+        guard !lagging.isEmpty || !readers.isEmpty else { return }
         throw DatabaseError(
             .walLimitExceeded,
             "the WAL is \(ByteCount(status.walBytes)), past the hard limit of \(ByteCount(limit)), "
-                + "and cannot be checkpointed: pinned by \(Checkpointer.culpritList(Checkpointer.culpritNames(lagging, status.externalReaders))); "
+                + "and cannot be checkpointed: pinned by \(Checkpointer.culpritList(Checkpointer.culpritNames(lagging, readers))); "
                 + "writes resume once these snapshots are released")
     }
 }
