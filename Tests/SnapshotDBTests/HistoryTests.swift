@@ -194,6 +194,79 @@ struct HistoryTests {
         }
     }
 
+    /// A bookmark that advances over more commits of another process than the commit log keeps
+    /// by count (``Configuration/commitLogRetention``) gets every one of them exactly: the rows
+    /// are in the file and the bookmark pins them. With no `changes()` subscription, nothing
+    /// published them before the advance.
+    @Test func aBookmarkJumpingPastTheLogRetentionGetsEveryCommitExactly() throws {
+        var configuration = Configuration()
+        configuration.commitLogRetention = 10
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            try db.register([ViewTests.byTitle, Self.keyedByTitle])
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for index in 0..<12 {
+                    try txn.set(
+                        Note(title: "t\(index)", folder: "inbox", archived: false), forKey: "n\(index)",
+                        inCollection: "notes")
+                }
+            }
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            let start = db.latestCommit
+            let plan = Self.plan(seed: 21, commits: 40)
+            let expected = Self.expectedCommits(plan)
+            #expect(expected.count > 10)
+            _ = try Self.runWriterProcess(path: db.path, seed: 21, commits: plan.count)
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(changes.map(\.commit) == Array(start + 1...start + UInt64(expected.count)))
+            for (changeset, commit) in zip(changes, expected) {
+                #expect(!changeset.isExternal, "commit \(changeset.commit)")
+                #expect(changeset.info == ["step": "\(commit.step)"])
+                #expect(Set(changeset.setKeys["notes"] ?? []) == commit.set)
+                #expect(Set(changeset.removedKeys["notes"] ?? []) == commit.removed)
+            }
+        }
+    }
+
+    static let positionChildKey = "SNAPSHOTDB_HISTORY_POSITION_CHILD"
+
+    /// The child of ``aNewerPositionOfAnotherProcessIsUnavailableNotAnotherHistory()``: commits
+    /// once and reports the position of its commit.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[positionChildKey] != nil))
+    func childCommitsAndReportsItsPosition() throws {
+        let db = try Database(path: try #require(ProcessInfo.processInfo.environment[Self.positionChildKey]))
+        let writer = db.newConnection(name: "child-writer")
+        try writer.readWrite { try $0.set(Item(title: "child"), forKey: "k", inCollection: "c") }
+        reportResult("position", try writer.read { try $0.position() }.description)
+    }
+
+    /// A position saved by another process at a commit this process has not seen yet is of this
+    /// file's history: a reader whose snapshot is older is told to advance
+    /// (`historyUnavailable`), not that the position is another file's (`historyMismatch`).
+    @Test func aNewerPositionOfAnotherProcessIsUnavailableNotAnotherHistory() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(Item(title: "mine"), forKey: "m", inCollection: "c") }
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            let child = try runChildTest(
+                "childCommitsAndReportsItsPosition", environmentKey: Self.positionChildKey, path: db.path)
+            #expect(child.terminationStatus == 0, "\(child.output)")
+            let position = try #require(child.results["position"].flatMap(HistoryPosition.init))
+            #expect(position.commit == db.latestCommit + 1, "this process has not seen it yet")
+            let error = expectError(.historyUnavailable) { try ui.read { try $0.changes(after: position) } }
+            #expect(error?.message.contains("advance the bookmark") == true, "\(String(describing: error))")
+            // Past the file's newest commit, it is another history.
+            let beyond = HistoryPosition(
+                databaseIdentity: position.databaseIdentity, commit: position.commit + 5,
+                token: position.token)
+            expectError(.historyMismatch) { try ui.read { try $0.changes(after: beyond) } }
+            try ui.beginLongLivedReadTransaction()
+            #expect(try ui.read { try $0.changes(after: position) } == [])
+        }
+    }
+
     /// `byTitle` by sort key, under its own name, beside `byTitle` in one file.
     static let keyedByTitle = View<Note>(
         name: "keyedByTitle", version: "1", collections: ["notes"],

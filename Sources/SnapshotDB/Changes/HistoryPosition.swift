@@ -104,11 +104,13 @@ extension ReadTransaction {
     func checkReachable(_ commit: UInt64, handle: SQLiteHandle) throws(DatabaseError) {
         let path = core.database.path
         if commit > self.commit {
-            // A newer snapshot may hold it (this one is a bookmark); the file does not.
-            guard commit <= core.database.latestCommit else {
+            // A newer snapshot may hold it (this one is a bookmark, or another process committed
+            // since this transaction began); the file does not.
+            let newest = core.database.newestCommitInFile(atLeast: commit)
+            guard commit <= newest else {
                 throw DatabaseError(
                     .historyMismatch,
-                    "commit \(commit) is after the newest commit of \(path) (\(core.database.latestCommit)): "
+                    "commit \(commit) is after the newest commit of \(path) (\(newest)): "
                         + "it belongs to another history (another file, or a copy that went further)")
             }
             throw DatabaseError(
@@ -143,5 +145,20 @@ extension ReadTransaction {
                 "commit \(position.commit) of \(path) is not the commit the position \(position) was taken at: "
                     + "an older copy of the file was put back (or restored) and went on with other commits")
         }
+    }
+}
+
+extension Database {
+    /// The newest commit of the file, for a commit number after this process's snapshots: this
+    /// process's published commit when it reaches `commit`, else the counter of the file's newest
+    /// snapshot, read on a short-lived handle (another process may have committed since this
+    /// process last looked; only a position that does not belong to this history comes here).
+    func newestCommitInFile(atLeast commit: UInt64) -> UInt64 {
+        let published = latestCommit
+        guard commit > published else { return published }
+        guard let handle = try? SQLiteHandle(path: replica?.name ?? path, readOnly: true, vfs: replica?.vfs),
+            let state = try? handle.readCommitState()
+        else { return published }
+        return max(published, state.commit)
     }
 }

@@ -58,8 +58,10 @@ extension Database {
     ///
     /// Called by the writer after its `COMMIT`, and by any connection that observed a counter
     /// the log does not reach yet. Without a handle it costs the same for a jump of one commit
-    /// or of a million; with one, it reads the history rows it publishes (and never more than
-    /// ``Configuration/commitLogRetention`` of them: older ones would be trimmed at once).
+    /// or of a million; with one, it reads the history rows it publishes: the last
+    /// ``Configuration/commitLogRetention`` of them, and every one after the oldest pin of a
+    /// connection (a bookmark not yet given them), which the log keeps however many there are.
+    /// Others would be trimmed at once.
     func publishCommits(through commit: UInt64, reading handle: SQLiteHandle? = nil) {
         let published = commitLog.publishedCommit.load(ordering: .acquiring)
         guard commit > published else { return }
@@ -67,7 +69,8 @@ extension Database {
         if let handle, !isAnotherHistory(handle, published: published) {
             // A damaged row (written by a foreign client) is published as external: a reader
             // must never stop at it. `ReadTransaction.changes(after:)` reports it as `corrupt`.
-            let from = max(published, commit - min(commit, UInt64(configuration.commitLogRetention)))
+            let retained = commit - min(commit, UInt64(configuration.commitLogRetention))
+            let from = max(published, min(retained, oldestCommitLogPin() ?? retained))
             loaded = (try? History.entries(after: from, through: commit, on: handle, path: path)) ?? []
         }
         let result = commitLog.publish(through: commit, loaded: loaded)
