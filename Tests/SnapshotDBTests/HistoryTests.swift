@@ -441,6 +441,85 @@ struct HistoryTests {
 }
 
 extension HistoryTests {
+    /// Subscribes to `db.changes()`, whose watcher thread is held before it adds its watch until
+    /// `release` is signalled; returns the stream once the thread is held there.
+    static func changesWithTheWatcherHeld(_ db: Database, until release: DispatchSemaphore)
+        -> AsyncStream<Changeset>
+    {
+        let held = DispatchSemaphore(value: 0)
+        db.foreignCommitWatcher.beforeWatching.withLock { hook in
+            hook = {
+                held.signal()
+                release.wait()
+            }
+        }
+        let stream = db.changes()
+        held.wait()
+        return stream
+    }
+
+    /// Timeline: `changes()` starts the watcher, which is held before it adds its inotify watch |
+    /// another process commits (an event no one hears) | the watcher goes on: its first look is
+    /// at once, so the commit is published without any later event.
+    @Test func aCommitMadeBeforeTheWatchIsAddedIsPublished() async throws {
+        try await withTemporaryDatabase { db in
+            try await db.newConnection().readWrite { try $0.set(1, forKey: "k", inCollection: "c") }
+            let release = DispatchSemaphore(value: 0)
+            let stream = Self.changesWithTheWatcherHeld(db, until: release)
+            let start = db.latestCommit
+            let child = try runChildTest(
+                "childCommitsAndReportsItsPosition", environmentKey: Self.positionChildKey, path: db.path)
+            #expect(child.terminationStatus == 0, "\(child.output)")
+            release.signal()
+            let received = await Self.collect(1, from: stream)
+            #expect(received.map(\.commit) == [start + 1])
+            #expect(received.first?.connectionName == "child-writer")
+        }
+    }
+
+    /// A foreign writer whose frames are in the WAL and whose commit is not: past the re-checks
+    /// of its event, the watcher keeps looking while that process holds the WAL's write lock
+    /// (the end of a slow commit's sync makes no event), and publishes the commit.
+    @Test func theWatcherKeepsLookingWhileAnotherProcessHoldsTheWriteLock() async throws {
+        try await withTemporaryDatabase { db in
+            try await db.newConnection().readWrite { try $0.set(1, forKey: "k", inCollection: "c") }
+            let stream = db.changes()
+            let writer = try ChildProcess(
+                python: """
+                    import sqlite3, sys
+                    connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+                    connection.execute("PRAGMA cache_size = 2")
+                    connection.execute("BEGIN IMMEDIATE")
+                    connection.execute(
+                        "INSERT INTO snapshotdb_values(collection, key, data) VALUES ('big', 'k', ?)",
+                        (b'"' + b'x' * 200000 + b'"',))
+                    print("holding", flush=True)
+                    sys.stdin.readline()
+                    connection.execute("COMMIT")
+                    print("committed", flush=True)
+                    """, [db.path])
+            defer { writer.kill() }
+            try writer.waitForLine("holding")
+            // The frames it spilled woke the watcher; its re-checks end 2.7 s later. Three looks
+            // past them show it looks on.
+            let base = db.foreignCommitWatcher.checks.load(ordering: .relaxed)
+            let deadline = ContinuousClock.now + .seconds(20)
+            while db.foreignCommitWatcher.checks.load(ordering: .relaxed)
+                < base + ForeignCommitWatcher.settleDelays.count + 4, ContinuousClock.now < deadline
+            {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(
+                db.foreignCommitWatcher.checks.load(ordering: .relaxed)
+                    >= base + ForeignCommitWatcher.settleDelays.count + 4,
+                "the watcher stopped looking while a writer held the lock")
+            try writer.send("commit")
+            try writer.waitForLine("committed")
+            let received = await Self.collect(1, from: stream)
+            #expect(received.map { $0.setKeys["big"] ?? [] } == [["k"]])
+        }
+    }
+
     /// Timeline: this process publishes commits 1...5 and caches n0 | a backup of commit 2 is put
     /// back from outside | another process commits past 5 on the restored file | this process
     /// advances: the rows after 5 belong to another history (row 5 has another token), so the

@@ -1,5 +1,6 @@
 internal import Dispatch
 internal import Foundation
+internal import SnapshotDBInspection
 internal import SnapshotDBLocking
 
 internal import struct Synchronization.Atomic
@@ -27,8 +28,10 @@ internal import struct Synchronization.Atomic
 /// A writer appends its frames *before* it updates the WAL-index header (after its `fsync`,
 /// under `synchronous = FULL`), so the last event of a commit can arrive before its header:
 /// after an event that found no change the watcher looks again after 2, 8, 32, 128, 512 and
-/// 2,048 ms (a commit whose sync takes longer than 2.7 s is published by the next event or
-/// transaction), and then sleeps until the next event.
+/// 2,048 ms, then every ``writerPollInterval`` for as long as another process holds the WAL's
+/// write lock (a commit whose sync outlasts those looks makes no event when it ends: only its
+/// header changes), and then sleeps until the next event. Its first look is at once, before any
+/// event: a commit made between the subscription and the watch being added is published too.
 ///
 /// Where inotify is not available (another OS, a file system that does not report changes, no
 /// `-wal` yet), it polls the header every ``pollInterval``: cheap, but not zero. On Darwin, every
@@ -51,6 +54,14 @@ final class ForeignCommitWatcher: Sendable {
     static let replicaPollInterval: Int32 = 250
     /// The re-checks after an event that found the header unchanged, in milliseconds.
     static let settleDelays: [Int32] = [2, 8, 32, 128, 512, 2048]
+    /// How often the watcher looks, after the re-checks, while another process holds the WAL's
+    /// write lock (a writer between its last frame and its header, or in a long transaction).
+    static let writerPollInterval: Int32 = 250
+
+    #if DEBUG
+        /// Runs on the watcher thread before it adds its watch (tests hold it there).
+        let beforeWatching = Mutex<(@Sendable () -> Void)?>(nil)
+    #endif
 
     private struct State {
         var started = false
@@ -125,11 +136,15 @@ final class ForeignCommitWatcher: Sendable {
 
     private func watch(stopFD: Int32, database: WeakDatabase) {
         let isReplica = database.database?.replica != nil
+        #if DEBUG
+            beforeWatching.withLock { $0 }?()
+        #endif
         var watcher = Watch(walPath: isReplica ? nil : path + "-wal")
         defer { watcher.end() }
         var handle: SQLiteHandle?
         var lastHeader: WALIndexHeader?
-        var settle = 0
+        // The first look is at once: commits made before the watch was added raised no event.
+        var settle = 1
         while true {
             var descriptors = [pollfd(fd: stopFD, events: Int16(POLLIN), revents: 0)]
             if watcher.descriptor >= 0 {
@@ -138,7 +153,8 @@ final class ForeignCommitWatcher: Sendable {
             let timeout: Int32 =
                 settle > 0 && settle <= Self.settleDelays.count
                 ? Self.settleDelays[settle - 1]
-                : (watcher.isWatching ? Watch.idleTimeout : pollMilliseconds)
+                : settle > Self.settleDelays.count
+                    ? Self.writerPollInterval : (watcher.isWatching ? Watch.idleTimeout : pollMilliseconds)
             let ready = poll(&descriptors, nfds_t(descriptors.count), timeout)
             if ready < 0 && errno == EINTR { continue }
             if descriptors[0].revents != 0 { return }
@@ -151,9 +167,22 @@ final class ForeignCommitWatcher: Sendable {
             if woken || changed {
                 settle = 1
             } else if settle > 0 {
-                settle += 1
-                if settle > Self.settleDelays.count { settle = 0 }
+                // Past the re-checks, looks go on while another process may be between its last
+                // frame and its header.
+                settle = min(settle + 1, Self.settleDelays.count + 1)
+                if settle > Self.settleDelays.count && !anotherProcessHoldsTheWriteLock() { settle = 0 }
             }
+        }
+    }
+
+    /// Whether a process other than this one holds the WAL's write lock (byte 120 of the
+    /// `-shm`), as `/proc/locks` lists it; `false` where locks cannot be listed. Never opens the
+    /// `-shm` (closing a descriptor on it would drop this process's SQLite locks).
+    private func anotherProcessHoldsTheWriteLock() -> Bool {
+        guard let locks = try? SnapshotDBInspector.probeLocks(databaseAt: path) else { return false }
+        let ownProcess = getpid()
+        return locks.bytes.contains { byte in
+            byte.lock == .write && byte.holders.contains { $0.pid.map { $0 != ownProcess } ?? true }
         }
     }
 
