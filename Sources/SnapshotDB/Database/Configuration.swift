@@ -31,8 +31,9 @@ public struct Configuration: Sendable {
     /// ``DatabaseError/Code/busy``. Connections of the same `Database` never wait on each other
     /// except writers, which queue on the database's writer lock.
     ///
-    /// SQLite counts the timeout in 32-bit milliseconds: a longer one waits about 24 days, a
-    /// negative one does not wait.
+    /// SQLite counts the timeout in 32-bit milliseconds: a longer one waits about 24 days (and
+    /// so does a checkpoint waiting for this process's writer lock), a negative one does not
+    /// wait.
     public var busyTimeout: Duration = .seconds(5)
 
     /// ``busyTimeout`` in the milliseconds `sqlite3_busy_timeout` takes, clamped to its range.
@@ -105,6 +106,10 @@ public struct Configuration: Sendable {
     /// thresholds ahead of a running checkpoint waits for it, so the WAL stays bounded under a
     /// writer that commits as fast as it can; snapshots that pin the WAL never make writers
     /// wait (see ``walHardLimitBytes``).
+    ///
+    /// `Int.max` means no checkpoint after commits: the WAL then grows until
+    /// ``Database/checkpoint(_:)``, ``Database/vacuum()``, the hard limit or the close
+    /// checkpoints it.
     public var checkpointThresholdPages: Int = 1_000
 
     /// The WAL size in bytes past which the checkpoint monitor warns about the snapshots that
@@ -128,7 +133,8 @@ public struct Configuration: Sendable {
     /// default: twice the WAL at the default checkpoint threshold, so that steady writing
     /// reuses the file without resizing it (a commit that grows the file costs its `fdatasync`
     /// a metadata write). A file that grew past twice this limit while a snapshot pinned it is
-    /// truncated to nothing at the next reset.
+    /// truncated to nothing at the next reset. `Int64.max` never trims the file (SQLite's
+    /// "no limit").
     public var journalSizeLimit: Int64 = 8 << 20
 
     /// The logger for checkpoint warnings, and for the errors SnapshotDB cannot throw (a
