@@ -100,4 +100,54 @@ struct ConfigurationTests {
             #expect(try writer.read { try $0.value(forKey: "k", inCollection: "c", as: String.self) } == "v")
         }
     }
+
+    @Test func aNumberOutOfItsRangeIsRefusedAtOpenNamingIt() throws {
+        let cases: [(name: String, range: String, change: (inout Configuration) -> Void)] = [
+            ("fileMode", "0o0...0o7777", { $0.fileMode = 0o10600 }),
+            ("cacheLimit", "0 or more", { $0.cacheLimit = -1 }),
+            ("changesBufferLimit", "0 or more", { $0.changesBufferLimit = -1 }),
+            ("readTimeLimit", "zero or more", { $0.readTimeLimit = .milliseconds(-1) }),
+            ("historyRetention.commits", "0 or more", { $0.historyRetention.commits = -1 }),
+            ("historyRetention.age", "zero or more", { $0.historyRetention.age = .seconds(-1) }),
+            ("historyRetention.bytes", "0 or more", { $0.historyRetention.bytes = .min }),
+            ("commitLogRetention", "0 or more", { $0.commitLogRetention = -1 }),
+            ("commitLogRetentionBytes", "0 or more", { $0.commitLogRetentionBytes = -1 }),
+            ("checkpointThresholdPages", "0 or more", { $0.checkpointThresholdPages = .min }),
+            ("walWarningBytes", "0 or more", { $0.walWarningBytes = -1 }),
+            ("warningInterval", "zero or more", { $0.warningInterval = .seconds(-60) }),
+            ("walHardLimitBytes", "0 or more", { $0.walHardLimitBytes = -1 }),
+            ("journalSizeLimit", "Int64.max for no limit", { $0.journalSizeLimit = -1 }),
+        ]
+        try withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("bounds.sqlite").path
+            for (name, range, change) in cases {
+                var configuration = Configuration()
+                change(&configuration)
+                for open in [
+                    { _ = try Database(path: path, configuration: configuration) },
+                    { _ = try Database(replica: "bounds.sqlite", vfs: "unix", configuration: configuration) },
+                ] {
+                    let error = expectError(.misuse) { try open() }
+                    #expect(
+                        error?.message.contains("Configuration.\(name) is ") == true,
+                        "\(String(describing: error))")
+                    #expect(error?.message.contains(range) == true, "\(String(describing: error))")
+                }
+            }
+            // Refused before the file was touched or the path claimed.
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty)
+            var zeros = Configuration()
+            zeros.cacheLimit = 0
+            zeros.commitLogRetention = 0
+            zeros.commitLogRetentionBytes = 0
+            zeros.historyRetention = HistoryRetention(commits: 0, age: .zero, bytes: 0)
+            zeros.busyTimeout = .seconds(-1)  // documented: does not wait
+            let db = try Database(path: path, configuration: zeros)
+            let writer = db.newConnection(name: "writer")
+            let reader = db.newConnection(name: "reader")
+            try reader.beginLongLivedReadTransaction()
+            try writer.readWrite { try $0.set("v", forKey: "k", inCollection: "c") }
+            #expect(try reader.beginLongLivedReadTransaction().map(\.commit) == [1])
+        }
+    }
 }

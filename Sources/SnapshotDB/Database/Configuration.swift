@@ -10,6 +10,10 @@ public import Metrics
 /// configuration.walWarningBytes = 64 << 20   // warn when lagging readers pin 64 MiB of WAL
 /// let db = try Database(path: "app.sqlite", configuration: configuration)
 /// ```
+///
+/// The database checks the numbers when it opens: a count, size or duration below zero (or a
+/// ``fileMode`` past `0o7777`) is refused with ``DatabaseError/Code/misuse``, naming the
+/// property and its range. The largest values mean "never" or "no limit".
 public struct Configuration: Sendable {
     /// When SQLite syncs the WAL to stable storage.
     public enum Synchronous: Sendable, Hashable {
@@ -155,4 +159,41 @@ public struct Configuration: Sendable {
 
     /// Creates a configuration with every default.
     public init() {}
+}
+
+extension Configuration {
+    /// Throws ``DatabaseError/Code/misuse`` naming the first property whose value is out of its
+    /// range: a count, size or duration below zero (``busyTimeout`` excepted: a negative one
+    /// does not wait), or a ``fileMode`` that is not permission bits. Called when a database
+    /// opens, before anything touches the file.
+    func validate() throws(DatabaseError) {
+        func atLeastZero(_ name: String, _ value: Int64, _ hint: String = "") throws(DatabaseError) {
+            guard value < 0 else { return }
+            throw DatabaseError(.misuse, "Configuration.\(name) is \(value); it must be 0 or more\(hint)")
+        }
+        func atLeastZero(_ name: String, _ value: Duration) throws(DatabaseError) {
+            guard value < .zero else { return }
+            throw DatabaseError(.misuse, "Configuration.\(name) is \(value); it must be zero or more")
+        }
+        guard fileMode <= 0o7777 else {
+            throw DatabaseError(
+                .misuse,
+                "Configuration.fileMode is 0o\(String(fileMode, radix: 8)); it must be permission bits, 0o0...0o7777"
+            )
+        }
+        try atLeastZero("cacheLimit", Int64(cacheLimit))
+        try atLeastZero("changesBufferLimit", Int64(changesBufferLimit))
+        if let readTimeLimit { try atLeastZero("readTimeLimit", readTimeLimit) }
+        try atLeastZero("historyRetention.commits", Int64(historyRetention.commits))
+        try atLeastZero("historyRetention.age", historyRetention.age)
+        try atLeastZero("historyRetention.bytes", Int64(historyRetention.bytes))
+        try atLeastZero("commitLogRetention", Int64(commitLogRetention))
+        try atLeastZero("commitLogRetentionBytes", Int64(commitLogRetentionBytes))
+        try atLeastZero("checkpointThresholdPages", Int64(checkpointThresholdPages))
+        try atLeastZero("walWarningBytes", walWarningBytes)
+        try atLeastZero("warningInterval", warningInterval)
+        if let walHardLimitBytes { try atLeastZero("walHardLimitBytes", walHardLimitBytes) }
+        // SQLite reads a negative `journal_size_limit` as "no limit"; here that is Int64.max.
+        try atLeastZero("journalSizeLimit", journalSizeLimit, " (Int64.max for no limit)")
+    }
 }
