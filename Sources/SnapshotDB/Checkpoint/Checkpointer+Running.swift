@@ -186,7 +186,10 @@ extension Checkpointer {
         do throws(DatabaseError) {
             let result = try checkpointHandle.use(on: queue) {
                 handle throws(DatabaseError) -> CheckpointResult in
-                guard let handle else { throw DatabaseError(.misuse, "the database is closed") }
+                // Closed meanwhile: a checkpoint that passed `checkOpen()` as `close()` ran.
+                guard let handle else {
+                    throw DatabaseError(.databaseClosed, "the database \(path) was closed")
+                }
                 return try handle.withBusyTimeout(busyTimeout ?? configured, restoring: configured) {
                     () throws(DatabaseError) in try handle.checkpoint(mode)
                 }

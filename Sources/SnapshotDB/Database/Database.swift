@@ -261,8 +261,10 @@ public final class Database: Sendable {
     /// default JSON codec.
     ///
     /// - Throws: ``DatabaseError/Code/misuse`` once any transaction has started: a codec that
-    ///   changed under live connections would misread what they cached.
+    ///   changed under live connections would misread what they cached; `databaseClosed` after
+    ///   ``close()``.
     public func register(_ codec: any ValueCodec, forCollection collection: String) throws(DatabaseError) {
+        try checkOpen()
         try state.withLock { state throws(DatabaseError) in
             guard !state.codecsFrozen else {
                 throw DatabaseError(
