@@ -21,15 +21,30 @@ struct Demo: ParsableCommand {
     @Argument(help: "Directory for the demo database (default: a new temporary directory).")
     var directory: String?
 
-    @Option(help: "Commits the laggard is allowed to fall behind before it advances.")
+    @Option(help: "Commits the laggard is allowed to fall behind before it advances (at least 1).")
     var laggardCommits = 400
 
+    func validate() throws {
+        guard laggardCommits >= 1 else { throw ValidationError("--laggard-commits must be at least 1.") }
+    }
+
+    /// Runs the demo. A failure of the run (not of the command line, which ArgumentParser
+    /// refuses with the usage and exit status 64) is one line on standard error, exit status 1.
     func run() throws {
+        do {
+            try runSteps()
+        } catch {
+            Output.error("demo: \(error)")
+            throw ExitCode(1)
+        }
+    }
+
+    private func runSteps() throws {
         let (folder, isTemporary) = try makeDirectory()
         defer { if isTemporary { try? FileManager.default.removeItem(atPath: folder) } }
         let path = (folder as NSString).appendingPathComponent("demo.sqlite")
         guard !FileManager.default.fileExists(atPath: path) else {
-            throw ValidationError("\(path) exists; the demo only runs on a new database")
+            throw DemoFailure("\(path) exists; the demo only runs on a new database")
         }
         var configuration = Configuration()
         configuration.walWarningBytes = 512 << 10
@@ -145,7 +160,7 @@ struct Demo: ParsableCommand {
         print(
             "   truncate checkpoint complete: \(reset.isComplete); WAL now \(after.walFileBytes) bytes on disk"
         )
-        if !reset.isComplete { throw ValidationError("the WAL was not reset: \(after)") }
+        if !reset.isComplete { throw DemoFailure("the WAL was not reset: \(after)") }
         print("\nDone. Database: \(isTemporary ? "removed with its temporary directory" : path)")
     }
 
@@ -165,8 +180,13 @@ struct Demo: ParsableCommand {
     /// Runs `snapshotdb inspect` as a separate process: inspecting in this process would be
     /// safe with the in-process options, but the point is to show the outside view.
     private func inspectInChildProcess(path: String) throws -> String {
+        // This program's own file, however it was started (through PATH, a relative path or a
+        // symlink): on Linux Foundation reads `/proc/self/exe`, on macOS it asks the loader.
+        guard let executable = Bundle.main.executableURL else {
+            throw DemoFailure("cannot find this program's executable to run `snapshotdb inspect`")
+        }
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.executableURL = executable
         process.arguments = ["inspect", path]
         let output = Pipe()
         process.standardOutput = output
@@ -175,6 +195,12 @@ struct Demo: ParsableCommand {
         process.waitUntilExit()
         return String(decoding: data, as: UTF8.self)
     }
+}
+
+/// A failure of the demo's run, said on standard error.
+private struct DemoFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
 }
 
 /// The value the demo stores.

@@ -35,9 +35,26 @@ struct DemoTests {
             // A directory given by the user is kept, with its database.
             #expect(
                 FileManager.default.fileExists(atPath: directory.appendingPathComponent("demo.sqlite").path))
+            // A second run refuses the existing database: a failure of the run, not of the
+            // command line (no usage, exit status 1).
             let again = try Tool.run("demo", directory.path)
-            #expect(again.status != 0)
-            #expect(again.standardError.contains("exists"))
+            #expect(again.status == 1)
+            #expect(again.standardError.contains("demo.sqlite exists; the demo only runs on a new database"))
+            #expect(!again.standardError.contains("Usage"))
+        }
+    }
+
+    @Test func aLaggardCommitCountBelowOneIsACommandLineError() throws {
+        try withTemporaryDirectory { directory in
+            for count in ["0", "-1", "-400"] {
+                // A directory of its own for each: a demo that ran would leave its database there.
+                let folder = directory.appendingPathComponent("laggard\(count)").path
+                let result = try Tool.run("demo", folder, "--laggard-commits=\(count)")
+                #expect(result.status == 64, "\(count): \(result.standardError)")
+                #expect(result.standardError.contains("--laggard-commits must be at least 1."))
+                #expect(result.standardOutput.isEmpty, "the demo did not start")
+                #expect(!FileManager.default.fileExists(atPath: folder))
+            }
         }
     }
 }

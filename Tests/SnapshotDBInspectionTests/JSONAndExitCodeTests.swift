@@ -45,6 +45,24 @@ struct JSONAndExitCodeTests {
         }
     }
 
+    @Test("a command line that cannot be parsed: usage on standard error, 64")
+    func usage() throws {
+        for arguments in [
+            ["no-such-command"],
+            ["inspect"],
+            ["inspect", "--no-such-option", "app.sqlite"],
+            ["inspect", "app.sqlite", "--warn-wal-bytes", "many"],
+            ["checkpoint", "app.sqlite", "--mode", "sometimes"],
+            ["demo", "--laggard-commits", "many"],
+        ] {
+            let result = try Tool.run(arguments)
+            #expect(result.status == 64, "\(arguments): \(result.standardError)")
+            #expect(
+                result.standardError.contains("Usage: snapshotdb"), "\(arguments): \(result.standardError)")
+            #expect(result.standardOutput.isEmpty, "\(arguments)")
+        }
+    }
+
     @Test("thresholds: 0 healthy, 1 exceeded")
     func thresholds() throws {
         try withFixtureDatabase { path in

@@ -20,9 +20,17 @@ struct LifecycleTests {
             try db.close()
             #expect(db.isClosed)
             #expect(!ui.isInLongLivedReadTransaction)
-            Self.expectClosed(ui, writer)
+            try Self.expectClosed(db, ui, writer, directory: directory)
             await #expect(throws: DatabaseError.self) {
                 try await ui.read { try $0.count(inCollection: "c") }
+            }
+            for call in Self.closedAsyncCalls(db, ui, writer) {
+                do {
+                    try await call()
+                    Issue.record("expected databaseClosed, but nothing was thrown")
+                } catch let error as DatabaseError {
+                    #expect(error.code == .databaseClosed, "\(error)")
+                }
             }
             var delivered = 0
             for await _ in commits { delivered += 1 }
@@ -37,10 +45,47 @@ struct LifecycleTests {
         }
     }
 
-    static func expectClosed(_ ui: Connection, _ writer: Connection) {
+    /// Every call on a closed database and its connections throws `databaseClosed`.
+    static func expectClosed(_ db: Database, _ ui: Connection, _ writer: Connection, directory: URL) throws {
         expectError(.databaseClosed) { try ui.read { try $0.count(inCollection: "c") } }
+        expectError(.databaseClosed) {
+            try ui.read(timeLimit: .seconds(1)) { try $0.count(inCollection: "c") }
+        }
         expectError(.databaseClosed) { try writer.readWrite { try $0.removeAll(inCollection: "c") } }
         expectError(.databaseClosed) { try ui.beginLongLivedReadTransaction() }
+        expectError(.databaseClosed) { try ui.endLongLivedReadTransaction() }
+        for mode in [CheckpointMode.passive, .full, .restart, .truncate] {
+            expectError(.databaseClosed) { try db.checkpoint(mode) }
+        }
+        let copy = directory.appendingPathComponent("closed-copy.sqlite").path
+        expectError(.databaseClosed) { try db.backup(to: copy) }
+        #expect(!FileManager.default.fileExists(atPath: copy))
+        expectError(.databaseClosed) { try db.vacuum() }
+        expectError(.databaseClosed) { try db.purgeHistory() }
+        expectError(.databaseClosed) { try db.consumer(named: "late") }
+        expectError(.databaseClosed) { try db.register(JSONValueCodec(), forCollection: "late") }
+        let view = View<Item>(
+            name: "late", version: "1", collections: ["c"], group: { _, _, _ in "all" },
+            areInIncreasingOrder: { $0.title < $1.title })
+        expectError(.databaseClosed) { try db.register(view) }
+        expectError(.databaseClosed) { try db.register([view]) }
+        expectError(.databaseClosed) { try db.unregister("late") }
+        // The closed database is said first, before any other fault of the call.
+        expectError(.databaseClosed) { try db.register([view, view]) }
+        expectError(.databaseClosed) { try db.unregister("not a name") }
+        expectError(.databaseClosed) { try db.newConnection(name: "new").read { _ in } }
+    }
+
+    /// The `async` calls of ``expectClosed(_:_:_:directory:)``.
+    static func closedAsyncCalls(_ db: Database, _ ui: Connection, _ writer: Connection)
+        -> [@Sendable () async throws -> Void]
+    {
+        [
+            { _ = try await ui.read { try $0.count(inCollection: "c") } },
+            { _ = try await ui.read(timeLimit: .seconds(1)) { try $0.count(inCollection: "c") } },
+            { try await writer.readWrite { try $0.removeAll(inCollection: "c") } },
+            { _ = try await ui.advance() },
+        ]
     }
 
     @Test func closeFromInsideATransactionIsMisuse() throws {

@@ -57,6 +57,50 @@ struct MetadataTests {
         }
     }
 
+    @Test func removeMetadataKeepsTheValueAndIsAChangeOfTheKeyAsSetMetadataIs() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try writer.readWrite { txn in
+                try txn.set(Item(title: "a"), forKey: "a", inCollection: "c", metadata: Stamp(modified: 1))
+                try txn.set(Item(title: "b"), forKey: "b", inCollection: "c", metadata: Stamp(modified: 2))
+            }
+            try ui.beginLongLivedReadTransaction()
+            let before = ui.snapshot
+            try writer.readWrite { txn throws in
+                #expect(try txn.removeMetadata(forKey: "a", inCollection: "c"))
+                #expect(try txn.metadata(forKey: "a", inCollection: "c", as: Stamp.self) == nil)
+                #expect(try !txn.removeMetadata(forKey: "absent", inCollection: "c"), "no value there")
+            }
+            try writer.readWrite { txn throws in
+                #expect(try txn.setMetadata(Stamp(modified: 3), forKey: "b", inCollection: "c"))
+            }
+            try ui.read { txn throws in
+                // The bookmark still reads its commit's metadata.
+                #expect(
+                    try txn.metadata(forKey: "a", inCollection: "c", as: Stamp.self) == Stamp(modified: 1))
+            }
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(changes.map(\.commit) == [before + 1, before + 2])
+            // Removing metadata is listed as setting it is: the key as set, nothing removed.
+            #expect(changes.first?.setKeys == ["c": ["a"]])
+            #expect(changes.last?.setKeys == ["c": ["b"]])
+            #expect(changes.allSatisfy { $0.removedKeys.isEmpty })
+            #expect(changes.first?.hasChange(forKey: "a", inCollection: "c") == true)
+            #expect(changes.first?.hasChange(forKey: "absent", inCollection: "c") == false)
+            try ui.read { txn throws in
+                #expect(try txn.metadata(forKey: "a", inCollection: "c", as: Stamp.self) == nil)
+                #expect(try txn.value(forKey: "a", inCollection: "c", as: Item.self) == Item(title: "a"))
+                #expect(
+                    try txn.metadata(forKey: "b", inCollection: "c", as: Stamp.self) == Stamp(modified: 3))
+                // The durable history lists the same.
+                let durable = try txn.changes(after: before)
+                #expect(durable.map(\.setKeys) == changes.map(\.setKeys))
+                #expect(durable.allSatisfy { $0.removedKeys.isEmpty })
+            }
+        }
+    }
+
     @Test func aVersionOneFileIsMigratedWithItsValues() throws {
         try withTemporaryDirectory { directory throws in
             let path = directory.appendingPathComponent("v1.sqlite").path

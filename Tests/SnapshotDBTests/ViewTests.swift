@@ -62,6 +62,36 @@ struct ViewTests {
         ViewRowChange.apply(changes, to: old)
     }
 
+    @Test func applyingRowChangesThatDoNotFitGivesNil() {
+        let a = ViewItem(collection: "notes", key: "a")
+        let b = ViewItem(collection: "notes", key: "b")
+        let c = ViewItem(collection: "notes", key: "c")
+        let rows = ["inbox": [a, b]]
+        func at(_ index: Int) -> ViewIndex { ViewIndex(group: "inbox", index: index) }
+        #expect(
+            ViewRowChange.apply([.delete(a, at: at(0)), .insert(c, at: at(1))], to: rows) == [
+                "inbox": [b, c]
+            ])
+        #expect(
+            ViewRowChange.apply([.move(b, from: at(1), to: at(0)), .update(a, at: at(1))], to: rows)
+                == ["inbox": [b, a]])
+        let misfits: [[ViewRowChange]] = [
+            [.delete(a, at: at(-1))],
+            [.delete(b, at: at(2))],
+            [.delete(b, at: at(0))],
+            [.delete(a, at: ViewIndex(group: "work", index: 0))],
+            [.insert(c, at: at(-1))],
+            [.insert(c, at: at(3))],
+            [.insert(c, at: at(.min))],
+            [.move(a, from: at(-2), to: at(1))],
+            [.move(a, from: at(0), to: at(-1))],
+            [.move(a, from: at(0), to: at(2))],
+        ]
+        for changes in misfits {
+            #expect(ViewRowChange.apply(changes, to: rows) == nil, "\(changes)")
+        }
+    }
+
     @Test func aViewListsGroupsInOrderAndAnswersPositions() throws {
         try withTemporaryDatabase { db throws in
             try db.register(Self.byTitle)

@@ -319,6 +319,17 @@ struct WALProgressTests {
         #expect(wal.nextCheckpointFrames == 13)
     }
 
+    @Test func theLargestThresholdNeverMakesACheckpointDue() {
+        var wal = WALProgress(threshold: .max)
+        wal.start(latestCommit: 3, frames: 40, checkpointed: 10, generation: 7)
+        #expect(wal.nextCheckpointFrames == .max)
+        #expect(!wal.recordCommit(4, frames: WALCommitFrames(endFrame: 50, generation: 7)).checkpointDue)
+        wal.absorb(
+            CheckpointResult(mode: .passive, walFrames: 50, checkpointedFrames: 50, isComplete: true),
+            generationBefore: wal.generationCount)
+        #expect(wal.nextCheckpointFrames == .max)
+    }
+
     @Test func aResetStartsTheWALOver() {
         var wal = WALProgress(threshold: 10)
         _ = wal.recordCommit(5, frames: WALCommitFrames(endFrame: 20, generation: 7))

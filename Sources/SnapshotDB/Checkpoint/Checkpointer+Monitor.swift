@@ -71,7 +71,8 @@ extension Checkpointer {
         }
         // Name the snapshots that pin a checkpoint's worth of WAL, or else the one that pins the
         // most: a bookmark a commit or two behind is not what makes a WAL grow to megabytes.
-        let significantBytes = Int64(max(1, configuration.checkpointThresholdPages)) * frameBytes
+        let significantBytes = Int64(max(1, configuration.checkpointThresholdPages)).saturatingMultiplied(
+            by: frameBytes)
         let heaviest = candidates.max { $0.pinnedBytes < $1.pinnedBytes }
         let culprits = candidates.filter {
             $0.pinnedBytes >= significantBytes || $0 == heaviest

@@ -136,7 +136,8 @@ extension Checkpointer {
     private var resetMode: CheckpointMode {
         var info = stat()
         guard stat(path + "-wal", &info) == 0 else { return .restart }
-        return Int64(info.st_size) > 2 * configuration.journalSizeLimit ? .truncate : .restart
+        return Int64(info.st_size) > configuration.journalSizeLimit.saturatingMultiplied(by: 2)
+            ? .truncate : .restart
     }
 
     /// With the writer lock held: copies what is left, then has this process's bookmarks at
@@ -189,7 +190,10 @@ extension Checkpointer {
         do throws(DatabaseError) {
             let result = try checkpointHandle.use(on: queue) {
                 handle throws(DatabaseError) -> CheckpointResult in
-                guard let handle else { throw DatabaseError(.misuse, "the database is closed") }
+                // Closed meanwhile: a checkpoint that passed `checkOpen()` as `close()` ran.
+                guard let handle else {
+                    throw DatabaseError(.databaseClosed, "the database \(path) was closed")
+                }
                 return try handle.withBusyTimeout(busyTimeout ?? configured, restoring: configured) {
                     () throws(DatabaseError) in try handle.checkpoint(mode)
                 }
@@ -249,8 +253,7 @@ extension Checkpointer {
             }
             let pinned = before.records.contains { $0.snapshot.map { $0 < before.latest } ?? false }
             let wait = pinned ? Self.resetWait : (patience ?? configuration.busyTimeout)
-            let locked = database.writer.lock.lockWithPriority(
-                before: Date(timeIntervalSinceNow: wait.timeInterval))
+            let locked = database.writer.lock.lockWithPriority(before: wait.deadlineFromNow)
             defer { if locked { database.writer.lock.unlock() } }
             let latest = database.latestCommit
             if locked && !pinned && mode != .full {

@@ -206,7 +206,8 @@ final class Checkpointer: Sendable {
     /// would make the committing thread do. Keeps the WAL bounded under a writer that commits
     /// as fast as it can.
     func waitIfWritersOutrunCheckpoints() {
-        let limit = Self.backPressureThresholds * max(1, configuration.checkpointThresholdPages)
+        let limit = max(1, configuration.checkpointThresholdPages).saturatingMultiplied(
+            by: Self.backPressureThresholds)
         let behind = state.withLock { state in
             // A stall announced by the monitor has a culprit: writers are not held back for it
             // (that is the hard limit's business). A brief stall (a reader that began on the

@@ -24,11 +24,12 @@ extension Database {
     /// if !result.isComplete { print(db.checkpointStatus().laggingSnapshots) }
     /// ```
     ///
-    /// - Throws: ``DatabaseError`` when SQLite fails for a reason other than a busy reader, or
-    ///   `misuse` when called from a checkpoint monitor callback, or with a mode other than
-    ///   `passive` from inside a read-write transaction.
+    /// - Throws: ``DatabaseError`` when SQLite fails for a reason other than a busy reader,
+    ///   `databaseClosed` after ``close()``, or `misuse` when called from a checkpoint monitor
+    ///   callback, or with a mode other than `passive` from inside a read-write transaction.
     @discardableResult
     public func checkpoint(_ mode: CheckpointMode) throws(DatabaseError) -> CheckpointResult {
+        try checkOpen()
         try checkWritable("checkpoint(.\(mode))")
         if mode != .passive && writer.lock.isHeldByCurrentThread {
             throw DatabaseError(

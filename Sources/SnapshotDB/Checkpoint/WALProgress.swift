@@ -72,7 +72,7 @@ struct WALProgress: Equatable {
         guard generationCount == generationBefore, result.walFrames > 0 || result.isComplete else { return }
         walFrames = max(walFrames, result.walFrames)
         checkpointedFrames = result.checkpointedFrames
-        nextCheckpointFrames = walFrames + threshold
+        nextCheckpointFrames = walFrames.saturatingAdding(threshold)
     }
 
     /// Takes in a completed reset (RESTART or TRUNCATE), run while no commit of this process
@@ -93,7 +93,7 @@ struct WALProgress: Equatable {
         walFrames = frames
         checkpointedFrames = checkpointed
         self.generation = generation
-        nextCheckpointFrames = frames + threshold
+        nextCheckpointFrames = frames.saturatingAdding(threshold)
         frameMap.reset(commit: latestCommit, endFrame: frames)
     }
 

@@ -10,6 +10,10 @@ public import Metrics
 /// configuration.walWarningBytes = 64 << 20   // warn when lagging readers pin 64 MiB of WAL
 /// let db = try Database(path: "app.sqlite", configuration: configuration)
 /// ```
+///
+/// The database checks the numbers when it opens: a count, size or duration below zero (or a
+/// ``fileMode`` past `0o7777`) is refused with ``DatabaseError/Code/misuse``, naming the
+/// property and its range. The largest values mean "never" or "no limit".
 public struct Configuration: Sendable {
     /// When SQLite syncs the WAL to stable storage.
     public enum Synchronous: Sendable, Hashable {
@@ -31,8 +35,9 @@ public struct Configuration: Sendable {
     /// ``DatabaseError/Code/busy``. Connections of the same `Database` never wait on each other
     /// except writers, which queue on the database's writer lock.
     ///
-    /// SQLite counts the timeout in 32-bit milliseconds: a longer one waits about 24 days, a
-    /// negative one does not wait.
+    /// SQLite counts the timeout in 32-bit milliseconds: a longer one waits about 24 days (and
+    /// so does a checkpoint waiting for this process's writer lock), a negative one does not
+    /// wait.
     public var busyTimeout: Duration = .seconds(5)
 
     /// ``busyTimeout`` in the milliseconds `sqlite3_busy_timeout` takes, clamped to its range.
@@ -105,6 +110,10 @@ public struct Configuration: Sendable {
     /// thresholds ahead of a running checkpoint waits for it, so the WAL stays bounded under a
     /// writer that commits as fast as it can; snapshots that pin the WAL never make writers
     /// wait (see ``walHardLimitBytes``).
+    ///
+    /// `Int.max` means no checkpoint after commits: the WAL then grows until
+    /// ``Database/checkpoint(_:)``, ``Database/vacuum()``, the hard limit or the close
+    /// checkpoints it.
     public var checkpointThresholdPages: Int = 1_000
 
     /// The WAL size in bytes past which the checkpoint monitor warns about the snapshots that
@@ -128,7 +137,8 @@ public struct Configuration: Sendable {
     /// default: twice the WAL at the default checkpoint threshold, so that steady writing
     /// reuses the file without resizing it (a commit that grows the file costs its `fdatasync`
     /// a metadata write). A file that grew past twice this limit while a snapshot pinned it is
-    /// truncated to nothing at the next reset.
+    /// truncated to nothing at the next reset. `Int64.max` never trims the file (SQLite's
+    /// "no limit").
     public var journalSizeLimit: Int64 = 8 << 20
 
     /// The logger for checkpoint warnings, and for the errors SnapshotDB cannot throw (a
@@ -149,4 +159,41 @@ public struct Configuration: Sendable {
 
     /// Creates a configuration with every default.
     public init() {}
+}
+
+extension Configuration {
+    /// Throws ``DatabaseError/Code/misuse`` naming the first property whose value is out of its
+    /// range: a count, size or duration below zero (``busyTimeout`` excepted: a negative one
+    /// does not wait), or a ``fileMode`` that is not permission bits. Called when a database
+    /// opens, before anything touches the file.
+    func validate() throws(DatabaseError) {
+        func atLeastZero(_ name: String, _ value: Int64, _ hint: String = "") throws(DatabaseError) {
+            guard value < 0 else { return }
+            throw DatabaseError(.misuse, "Configuration.\(name) is \(value); it must be 0 or more\(hint)")
+        }
+        func atLeastZero(_ name: String, _ value: Duration) throws(DatabaseError) {
+            guard value < .zero else { return }
+            throw DatabaseError(.misuse, "Configuration.\(name) is \(value); it must be zero or more")
+        }
+        guard fileMode <= 0o7777 else {
+            throw DatabaseError(
+                .misuse,
+                "Configuration.fileMode is 0o\(String(fileMode, radix: 8)); it must be permission bits, 0o0...0o7777"
+            )
+        }
+        try atLeastZero("cacheLimit", Int64(cacheLimit))
+        try atLeastZero("changesBufferLimit", Int64(changesBufferLimit))
+        if let readTimeLimit { try atLeastZero("readTimeLimit", readTimeLimit) }
+        try atLeastZero("historyRetention.commits", Int64(historyRetention.commits))
+        try atLeastZero("historyRetention.age", historyRetention.age)
+        try atLeastZero("historyRetention.bytes", Int64(historyRetention.bytes))
+        try atLeastZero("commitLogRetention", Int64(commitLogRetention))
+        try atLeastZero("commitLogRetentionBytes", Int64(commitLogRetentionBytes))
+        try atLeastZero("checkpointThresholdPages", Int64(checkpointThresholdPages))
+        try atLeastZero("walWarningBytes", walWarningBytes)
+        try atLeastZero("warningInterval", warningInterval)
+        if let walHardLimitBytes { try atLeastZero("walHardLimitBytes", walHardLimitBytes) }
+        // SQLite reads a negative `journal_size_limit` as "no limit"; here that is Int64.max.
+        try atLeastZero("journalSizeLimit", journalSizeLimit, " (Int64.max for no limit)")
+    }
 }

@@ -117,7 +117,7 @@ extension Database {
                 .cannotOpen, "cannot create \(temporary): \(String(cString: strerror(errno)))")
         }
         fchmod(descriptor, mode_t(configuration.fileMode))
-        Glibc.close(descriptor)
+        closeDescriptor(descriptor)
         do throws(DatabaseError) {
             let source = try SQLiteHandle(path: replica?.name ?? path, readOnly: true, vfs: replica?.vfs)
             let statement = try SQLiteStatement(handle: source, sql: "VACUUM INTO ?1", persistent: false)
@@ -173,10 +173,20 @@ extension Database {
             throw DatabaseError(
                 .cannotOpen, "cannot open \(path) to sync it: \(String(cString: strerror(errno)))")
         }
-        defer { Glibc.close(descriptor) }
+        defer { closeDescriptor(descriptor) }
         guard fsync(descriptor) == 0 else {
             let code: DatabaseError.Code = errno == ENOSPC ? .diskFull : .sqlite
             throw DatabaseError(code, "cannot sync \(path): \(String(cString: strerror(errno)))")
         }
     }
+}
+
+/// The C library's `close(2)`, which `Database.close()` hides inside the type's own methods:
+/// there the function needs its module's name, which differs by platform.
+private func closeDescriptor(_ descriptor: Int32) {
+    #if canImport(Glibc)
+        _ = Glibc.close(descriptor)
+    #elseif canImport(Darwin)
+        _ = Darwin.close(descriptor)
+    #endif
 }

@@ -72,10 +72,11 @@ extension Database {
     ///   process has the same replica open, `notADatabase` when the replica holds no SnapshotDB
     ///   database, `schemaTooNew` or `readOnly` when its schema is not this library's (the
     ///   primary must be opened once by this version to upgrade it), `corrupt` for a damaged
-    ///   schema.
+    ///   schema; `misuse` when a number of `configuration` is out of its range, naming it.
     public convenience init(replica name: String, vfs: String, configuration: Configuration = Configuration())
         throws(DatabaseError)
     {
+        try configuration.validate()
         for (what, value) in [("replica name", name), ("VFS name", vfs)] {
             guard !value.isEmpty, !value.utf8.contains(0) else {
                 throw DatabaseError(

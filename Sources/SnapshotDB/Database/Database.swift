@@ -124,8 +124,11 @@ public final class Database: Sendable {
     ///   `-wal` and `-shm` exist opens read-only (reads work, writes throw `readOnly`); one
     ///   without them cannot be read by SQLite and the open throws `readOnly`.
     ///
-    /// - Throws: see ``init(path:)``.
+    /// - Throws: `misuse` when a number of `configuration` is out of its range (a negative
+    ///   count, size or duration), naming it, before the file is touched; otherwise see
+    ///   ``init(path:)``.
     public convenience init(path: String, configuration: Configuration) throws(DatabaseError) {
+        try configuration.validate()
         let resolved = try Self.resolve(path)
         try OpenFiles.claim(resolved)
         let opened: OpenedFile
@@ -258,8 +261,10 @@ public final class Database: Sendable {
     /// default JSON codec.
     ///
     /// - Throws: ``DatabaseError/Code/misuse`` once any transaction has started: a codec that
-    ///   changed under live connections would misread what they cached.
+    ///   changed under live connections would misread what they cached; `databaseClosed` after
+    ///   ``close()``.
     public func register(_ codec: any ValueCodec, forCollection collection: String) throws(DatabaseError) {
+        try checkOpen()
         try state.withLock { state throws(DatabaseError) in
             guard !state.codecsFrozen else {
                 throw DatabaseError(

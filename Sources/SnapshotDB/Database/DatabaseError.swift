@@ -58,7 +58,8 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         public static let valueTooLarge = Code("valueTooLarge")
         /// The WAL passed the configured hard limit because snapshots pin it; writes are refused.
         public static let walLimitExceeded = Code("walLimitExceeded")
-        /// The API was used in a way it does not allow (for example a nested transaction).
+        /// The API was used in a way it does not allow (for example a nested transaction, or a
+        /// ``Configuration`` number out of its range).
         public static let misuse = Code("misuse")
         /// A connection's bookmark could not be kept (it could not be taken again at its commit
         /// during a WAL reset) and was released; thrown once, by the connection's next read or

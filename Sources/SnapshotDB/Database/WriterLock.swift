@@ -70,6 +70,8 @@ final class WriterLock: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         priorityWaiters += 1
+        // Writers waiting in `lock()` keep waiting; `waitForPriorityRequest()` wakes.
+        condition.broadcast()
         defer {
             priorityWaiters -= 1
             // Writers that stood aside for this request may go on (or queue behind the lock).
@@ -81,5 +83,12 @@ final class WriterLock: @unchecked Sendable {
         isHeld = true
         owner = pthread_self()
         return true
+    }
+
+    /// Waits until a ``lockWithPriority(before:)`` request waits for the lock (for tests).
+    func waitForPriorityRequest() {
+        condition.lock()
+        defer { condition.unlock() }
+        while priorityWaiters == 0 { condition.wait() }
     }
 }

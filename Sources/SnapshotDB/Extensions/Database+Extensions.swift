@@ -56,6 +56,7 @@ extension Database {
     /// - Throws: what ``register(_:)-swift.method`` throws, for any of them; `misuse` when two
     ///   share a name.
     public func register(_ extensions: [any DatabaseExtension]) throws(DatabaseError) {
+        try checkOpen()
         var definitions: [any ExtensionDefinition] = []
         for candidate in extensions {
             guard let definition = candidate as? any ExtensionDefinition else {
@@ -125,6 +126,7 @@ extension Database {
     /// - Throws: `misuse` while another registered extension reads this one (unregister that
     ///   one first).
     public func unregister(_ name: String) throws(DatabaseError) {
+        try checkOpen()
         try Self.checkExtensionName(name)
         try checkWritable("unregister(\(name.debugDescription))")
         if let dependent = extensionDefinitions().first(where: { $0.dependencies.contains(name) }) {

@@ -15,6 +15,13 @@ extension Duration {
         return total.overflow ? .max : Int32(clamping: total.partialValue)
     }
 
+    /// The moment this duration from now, for a wait on a lock: clamped, as the busy timeout
+    /// SQLite takes is (``sqliteMilliseconds``, about 24 days), since Foundation's
+    /// `NSCondition.wait(until:)` traps on a date past what its `timespec` holds.
+    var deadlineFromNow: Date {
+        Date(timeIntervalSinceNow: min(timeInterval, TimeInterval(Int32.max) / 1_000))
+    }
+
     /// The duration in seconds, for `Date` and for people (negative durations give 0).
     var timeInterval: TimeInterval {
         let (seconds, attoseconds) = components

@@ -5,8 +5,9 @@ internal import Foundation
 /// flag a list shows without loading every document.
 ///
 /// Metadata is encoded with the collection's codec. `set(_:forKey:inCollection:)` keeps a
-/// value's metadata; `set(_:forKey:inCollection:metadata:)` replaces both; removing a value
-/// removes its metadata. A metadata change is reported in the commit's changeset as a change
+/// value's metadata; `set(_:forKey:inCollection:metadata:)` replaces both;
+/// `removeMetadata(forKey:inCollection:)` removes the metadata alone; removing a value removes
+/// its metadata. A metadata change is reported in the commit's changeset as a change
 /// of the key (`hasChange` covers it). Metadata needs schema version 2, to which files are
 /// migrated at open; a version-1 file that cannot be written (a read-only file system) opens,
 /// but its metadata calls fail with SQLite's error.
@@ -46,22 +47,47 @@ extension ReadWriteTransaction {
         try storeData(data, forKey: key, inCollection: collection, metadata: .some(metadata))
     }
 
-    /// Replaces the metadata of the value under `key` in `collection` (`nil` removes it) without
-    /// rewriting the value; returns whether there is a value there (without one, nothing is
-    /// stored, as in YapDatabase).
+    /// Replaces the metadata of the value under `key` in `collection` without rewriting the
+    /// value; returns whether there is a value there (without one, nothing is stored, as in
+    /// YapDatabase). A `nil` of type `M?` removes the metadata; a bare `nil` literal cannot
+    /// name `M`: call ``removeMetadata(forKey:inCollection:)``.
     @discardableResult
     public func setMetadata<M: Encodable>(_ metadata: M?, forKey key: String, inCollection collection: String)
         throws(DatabaseError) -> Bool
     {
         try checkActive()
         try checkNotLendingBytes(collection)
+        let data = try metadata.map { (metadata) throws(DatabaseError) in
+            try encode(metadata, key: key, collection: collection)
+        }
+        return try storeMetadata(data, forKey: key, inCollection: collection)
+    }
+
+    /// Removes the metadata of the value under `key` in `collection`, keeping the value; returns
+    /// whether there is a value there. Reported in the commit's changeset as
+    /// ``setMetadata(_:forKey:inCollection:)`` is: a change of the key (listed in
+    /// ``Changeset/setKeys``), not a removal of the value.
+    @discardableResult
+    public func removeMetadata(forKey key: String, inCollection collection: String) throws(DatabaseError)
+        -> Bool
+    {
+        try checkActive()
+        try checkNotLendingBytes(collection)
+        return try storeMetadata(nil, forKey: key, inCollection: collection)
+    }
+
+    /// Stores encoded metadata (`nil` for none) beside the value under `key`; returns whether
+    /// there is a value there.
+    private func storeMetadata(_ data: Data?, forKey key: String, inCollection collection: String)
+        throws(DatabaseError) -> Bool
+    {
         let handle = try core.handle()
         let statement = try handle.statement(.setMetadata)
         defer { statement.reset() }
         try statement.bind(collection, at: 1)
         try statement.bind(key, at: 2)
-        if let metadata {
-            try statement.bind(try encode(metadata, key: key, collection: collection), at: 3)
+        if let data {
+            try statement.bind(data, at: 3)
         } else {
             try statement.bindNull(at: 3)
         }

@@ -83,8 +83,8 @@ public enum ViewRowChange: Hashable, Sendable {
     /// Applies a batch of row changes to `rows` (items per group) the way a list UI does:
     /// removes deleted and moved-away items at their old indexes, then inserts inserted and
     /// moved-in items at their new indexes, ascending. Returns `nil` when the changes do not fit
-    /// `rows` (an index out of range, or another item at a removal's index). Groups left empty
-    /// are dropped.
+    /// `rows` (an index out of range, negative ones included, or another item at a removal's
+    /// index). Groups left empty are dropped.
     ///
     /// For a model kept beside a list, and for tests: applied to the rows of the commit before,
     /// the changes ``ViewReader/changes(for:)`` returns give the rows of the commit after.
@@ -107,7 +107,7 @@ public enum ViewRowChange: Hashable, Sendable {
         for (group, entries) in removals {
             var list = rows[group] ?? []
             for entry in entries.sorted(by: { $0.index > $1.index }) {
-                guard entry.index < list.count, list[entry.index] == entry.item else { return nil }
+                guard list.indices.contains(entry.index), list[entry.index] == entry.item else { return nil }
                 list.remove(at: entry.index)
             }
             rows[group] = list
@@ -115,7 +115,7 @@ public enum ViewRowChange: Hashable, Sendable {
         for (group, entries) in insertions {
             var list = rows[group] ?? []
             for entry in entries.sorted(by: { $0.index < $1.index }) {
-                guard entry.index <= list.count else { return nil }
+                guard (0...list.count).contains(entry.index) else { return nil }
                 list.insert(entry.item, at: entry.index)
             }
             rows[group] = list
