@@ -200,3 +200,55 @@ extension ConsumerTests {
         }
     }
 }
+
+extension ConsumerTests {
+    /// The age bound: rows older than `age` are purged (here, rows whose dates a foreign client
+    /// moved eight days back), whatever the other bounds allow; the rows after them stay.
+    @Test func theAgeBoundPurgesTheRowsOlderThanIt() throws {
+        var configuration = Configuration()
+        configuration.historyRetention = HistoryRetention(commits: 10_000, age: .seconds(7 * 24 * 3600))
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let writer = db.newConnection(name: "writer")
+            for index in 0..<100 {
+                try writer.readWrite { try $0.set(index, forKey: "k\(index % 7)", inCollection: "c") }
+            }
+            #expect(try db.purgeHistory() == 0, "nothing is a week old yet")
+            _ = try sqlite3(
+                db.path, "UPDATE snapshotdb_history SET date = date - 8 * 86400 WHERE number <= 40")
+            #expect(try db.purgeHistory() > 0)
+            let error = expectError(.historyUnavailable) { try writer.read { try $0.changes(after: 39) } }
+            #expect(error?.message.contains("after 40") == true, "\(String(describing: error))")
+            #expect(try writer.read { try $0.changes(after: 40) }.map(\.commit) == Array(41...100))
+        }
+    }
+
+    /// The bytes bound: the history keeps about `bytes` of rows (their `info` and `changes` plus
+    /// 48 bytes each), the newest ones.
+    @Test func theBytesBoundKeepsAboutThatManyBytesOfTheNewestRows() throws {
+        var configuration = Configuration()
+        configuration.historyRetention = HistoryRetention(commits: 10_000, bytes: 8_192)
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let writer = db.newConnection(name: "writer")
+            for index in 0..<100 {
+                try writer.readWrite { txn in
+                    try txn.set(index, forKey: "k\(index % 7)", inCollection: "c")
+                    txn.info = ["note": String(repeating: "x", count: 400)]
+                }
+            }
+            _ = try db.purgeHistory()
+            let floor = try writer.read { txn in try History.floor(on: try txn.core.handle()) }
+            let kept = try #require(
+                Int(
+                    try sqlite3(
+                        db.path,
+                        """
+                        SELECT sum(coalesce(length(info), 0) + coalesce(length(changes), 0) + 48)
+                        FROM snapshotdb_history WHERE number > \(floor)
+                        """
+                    ).dropLast()))
+            #expect(floor > 50, "most of 100 rows of about 480 bytes are past 8 KiB")
+            #expect(kept <= 8_192 && kept > 8_192 / 2, "\(kept) bytes kept after commit \(floor)")
+            #expect(try writer.read { try $0.changes(after: floor) }.count == Int(100 - floor))
+        }
+    }
+}

@@ -5,7 +5,7 @@ public import Foundation
 /// SnapshotDB ships ``JSONValueCodec`` (the default, readable with the `sqlite3` shell),
 /// ``PropertyListValueCodec`` (binary property lists, compact) and ``RawDataCodec`` (stores
 /// `Data` as is). Register a codec per collection with ``Database/register(_:forCollection:)``
-/// before the first transaction.
+/// right after the open, before any transaction, extension, consumer or observer.
 public protocol ValueCodec: Sendable {
     /// Encodes `value`; throws when the value cannot be represented.
     func encode<T: Encodable>(_ value: T) throws -> Data

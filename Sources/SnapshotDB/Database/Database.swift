@@ -268,7 +268,10 @@ public final class Database: Sendable {
         try state.withLock { state throws(DatabaseError) in
             guard !state.codecsFrozen else {
                 throw DatabaseError(
-                    .misuse, "codecs must be registered before the first transaction of the database")
+                    .misuse,
+                    "codecs must be registered right after the open, before any transaction, extension, "
+                        + "consumer or observer of the database (each of them reads values with the codecs "
+                        + "registered by then)")
             }
             state.codecs[collection] = codec
         }

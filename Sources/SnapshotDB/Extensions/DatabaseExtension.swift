@@ -12,7 +12,10 @@ internal import Foundation
 /// Register an extension with ``Database/register(_:)``; it is built from the values (in a
 /// commit of its own) when it is new or its ``version`` changed, and kept up to date from then
 /// on. ``Database/unregister(_:)`` drops it. Extension types are SnapshotDB's own (``View``,
-/// ``FilteredView``, and those of the issues to come); this protocol only names what they share.
+/// ``FilteredView``, ``SearchResultsView``, ``SecondaryIndex`` and ``FullTextSearch``); this
+/// protocol only names what they share. A type of your own that conforms to it is refused by
+/// ``Database/register(_:)`` with ``DatabaseError/Code/misuse``: the writer that keeps an
+/// extension in step inside every commit is internal.
 public protocol DatabaseExtension: Sendable {
     /// The name the extension is registered and read under: letters, digits and underscores.
     var name: String { get }
