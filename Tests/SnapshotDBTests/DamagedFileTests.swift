@@ -159,8 +159,10 @@ struct DamagedFileTests {
     }
 
     /// Damage done while the database is closed fails the open with `corrupt`. Done while it
-    /// is open, it fails every transaction: with `corrupt` for lost metadata rows, with SQLite's
-    /// "no such table" (`sqlite`) for a dropped table. Either way nothing more is written.
+    /// is open, it fails every transaction: with `corrupt` for lost metadata rows; for a dropped
+    /// table, reads with SQLite's "no such table" (`sqlite`) and writes with `corrupt` (the
+    /// writer checks a changed schema whole), but for `snapshotdb_meta`, which a write reads
+    /// before that check. Either way nothing more is written.
     @Test(arguments: MetadataDamage.allCases)
     func damagedMetadataIsReportedAsCorruptAndNothingIsWritten(_ damage: MetadataDamage) throws {
         try withTemporaryDirectory { directory throws in
@@ -176,9 +178,10 @@ struct DamagedFileTests {
             let reader = db.newConnection(name: "reader")
             let readError = expectError(code) { try reader.read { try $0.keys(inCollection: "c") } }
             #expect(readError?.message.contains("snapshotdb_") == true, "\(String(describing: readError))")
-            expectError(code) {
+            let writeError = expectError(damage == .metadataTableDropped ? .sqlite : .corrupt) {
                 try writer.readWrite { try $0.set(Item(title: "lost"), forKey: "lost", inCollection: "c") }
             }
+            #expect(writeError?.message.contains("snapshotdb_") == true, "\(String(describing: writeError))")
             if damage != .valuesTableDropped {
                 expectError(code) { try reader.beginLongLivedReadTransaction() }
                 #expect(!reader.isInLongLivedReadTransaction)
@@ -212,6 +215,24 @@ struct DamagedFileTests {
             let error = expectError(.corrupt) { try Database(path: path) }
             #expect(error?.message.contains("trigger") == true, "\(String(describing: error))")
             #expect(try directoryContents(directory) == before)
+        }
+    }
+
+    /// A trigger dropped while the database is open: this process's next write finds the schema
+    /// changed, checks it whole again and throws `corrupt` naming the trigger, as the open would,
+    /// rather than go on while foreign writes go unseen. Reads go on; nothing is written.
+    @Test func aTriggerDroppedWhileOpenFailsTheNextWriteWithCorrupt() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(Item(title: "a"), forKey: "a", inCollection: "c") }
+            let committed = db.latestCommit
+            try sqlite3(db.path, "DROP TRIGGER snapshotdb_external_update")
+            let error = expectError(.corrupt) {
+                try writer.readWrite { try $0.set(Item(title: "b"), forKey: "b", inCollection: "c") }
+            }
+            #expect(error?.message.contains("trigger") == true, "\(String(describing: error))")
+            #expect(db.latestCommit == committed)
+            #expect(try writer.read { try $0.keys(inCollection: "c") } == ["a"])
         }
     }
 

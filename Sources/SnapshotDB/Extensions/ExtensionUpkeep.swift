@@ -64,7 +64,12 @@ final class ExtensionCatalogCache: Sendable {
     /// The catalog in the open transaction on `handle` and the schema version it was read at
     /// (again only when that changed), with the upkeep derived from it for registry
     /// `generation`, if any.
-    func entries(on handle: SQLiteHandle, generation: UInt64) throws(DatabaseError)
+    ///
+    /// A schema that changed is also checked whole again (``Schema/checkIntact(_:path:version:)``,
+    /// a few reads of the schema table): a foreign client that dropped a trigger or a table
+    /// while this process runs makes its writes throw `corrupt`, as the open would, instead of
+    /// going on while foreign writes go unseen.
+    func entries(on handle: SQLiteHandle, generation: UInt64, path: String) throws(DatabaseError)
         -> (entries: [ExtensionCatalogEntry], schemaVersion: Int64, upkeep: ExtensionUpkeep?)
     {
         let version = try handle.int64Statement(.fixSnapshot)
@@ -72,6 +77,7 @@ final class ExtensionCatalogCache: Sendable {
             let upkeep = cached.upkeep.flatMap { $0.generation == generation ? $0.upkeep : nil }
             return (cached.entries, version, upkeep)
         }
+        try Schema.checkIntact(handle, path: path)
         let entries = try ExtensionCatalog.entries(handle: handle)
         cached.withLock { $0 = Cached(schemaVersion: version, entries: entries) }
         return (entries, version, nil)
@@ -90,7 +96,7 @@ extension Database {
     /// What the write transaction on `handle` (just begun) must not write and must mark stale.
     func extensionUpkeep(on handle: SQLiteHandle) throws(DatabaseError) -> ExtensionUpkeep {
         let (generation, registered) = state.withLock { ($0.extensionGeneration, $0.extensions) }
-        let catalog = try extensionCatalogCache.entries(on: handle, generation: generation)
+        let catalog = try extensionCatalogCache.entries(on: handle, generation: generation, path: path)
         if let cached = catalog.upkeep { return cached }
         let upkeep = Self.upkeep(entries: catalog.entries, registered: registered)
         extensionCatalogCache.keep(upkeep, generation: generation, schemaVersion: catalog.schemaVersion)
