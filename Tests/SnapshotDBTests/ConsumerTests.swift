@@ -252,3 +252,37 @@ extension ConsumerTests {
         }
     }
 }
+
+extension ConsumerTests {
+    struct ApplyFailed: Error {}
+
+    /// A batch whose transaction failed is given again by a new sequence, which starts from the
+    /// consumer's acknowledged position; the failed sequence itself has moved past it.
+    @Test func aNewSequenceGivesAgainTheBatchWhoseTransactionFailed() async throws {
+        try await withTemporaryDatabase { db in
+            let indexer = try db.consumer(named: "indexer")
+            let source = db.newConnection(name: "source")
+            for index in 0..<6 {
+                try await source.readWrite { try $0.set(index, forKey: "k\(index)", inCollection: "source") }
+            }
+            let reader = db.newConnection(name: "indexer-reader")
+            let writer = db.newConnection(name: "indexer-writer")
+            var first = indexer.batches(on: reader, limit: 3).makeAsyncIterator()
+            let failed = try #require(try await first.next())
+            #expect(throws: ApplyFailed.self) {
+                try writer.readWrite { txn in
+                    try indexer.acknowledge(through: failed.commit, in: txn)
+                    throw ApplyFailed()
+                }
+            }
+            let moved = try #require(try await first.next())
+            #expect(moved.changesets.first?.commit == failed.commit + 1, "the same sequence moved past it")
+
+            var second = indexer.batches(on: reader, limit: 3).makeAsyncIterator()
+            let again = try #require(try await second.next())
+            #expect(again.changesets.map(\.commit) == failed.changesets.map(\.commit))
+            try await writer.readWrite { try indexer.acknowledge(through: again.commit, in: $0) }
+            #expect(try await second.next()?.changesets.map(\.commit) == moved.changesets.map(\.commit))
+        }
+    }
+}

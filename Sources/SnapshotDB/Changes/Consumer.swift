@@ -100,6 +100,10 @@ public final class Consumer: Sendable {
     /// crash, the batches not acknowledged are given again. The sequence ends with the error a
     /// read throws (``DatabaseError/Code/consumerExpired``, `databaseClosed`) or when the task
     /// is cancelled.
+    ///
+    /// A batch whose transaction failed is not given again by the same sequence, which has moved
+    /// past it (so that a loop may acknowledge several batches at once): let the error end the
+    /// loop, or make a new sequence, which starts from the consumer's acknowledged position.
     public func batches(on connection: Connection, limit: Int = 100) -> ConsumerBatches {
         ConsumerBatches(consumer: self, database: database, connection: connection, limit: max(1, limit))
     }
