@@ -156,3 +156,89 @@ struct BadValueTests {
         }
     }
 }
+
+/// A write that fails after some extension was already updated for it (a later extension that
+/// cannot decode the value) must not commit half kept: the extensions would list a value that
+/// is not there.
+@Suite("Writes that fail between extensions")
+struct ExtensionStepTests {
+    /// `a_people` (first by name) reads people; `b_titles` reads items. A person stored in
+    /// "mixed" is read by the first and refused by the second.
+    static let people = SecondaryIndex<Person>(
+        name: "a_people", version: "1", collections: ["mixed"], columns: [.text("city")],
+        extract: { _, _, person in ["city": .text(person.city)] })
+    static let titles = View<Item>(
+        name: "b_titles", version: "1", collections: ["mixed"], group: { _, _, _ in "all" },
+        sortKey: { _, _, item in SortKey(item.title) })
+
+    @Test func aWriteASecondExtensionRefusesCannotCommitOnceTheFirstWasUpdated() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register([Self.people, Self.titles])
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(Item(title: "kept"), forKey: "before", inCollection: "other") }
+            let committed = db.latestCommit
+            let error = expectError(.decodingFailed) {
+                try writer.readWrite { txn throws in
+                    try txn.set(Item(title: "other"), forKey: "x", inCollection: "other")
+                    expectError(.decodingFailed) {
+                        try txn.set(Person(city: "Oslo", age: 40), forKey: "p", inCollection: "mixed")
+                    }
+                    // Caught: the transaction goes on, and fails at its end.
+                }
+            }
+            #expect(error?.message.contains("cannot commit") == true, "\(String(describing: error))")
+            #expect(db.latestCommit == committed)
+            try writer.read { txn throws in
+                #expect(try txn.index(named: "a_people").count(where: "city = ?", [.text("Oslo")]) == 0)
+                #expect(try txn.keys(inCollection: "mixed") == [])
+            }
+        }
+    }
+
+    /// A value both extensions read.
+    struct Both: Codable {
+        var title: String
+        var count = 0
+        var city: String
+        var age: Int
+    }
+
+    @Test func aSavepointAroundTheFailedWriteLetsTheRestCommit() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register([Self.people, Self.titles])
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn throws in
+                try txn.set(Both(title: "kept", city: "Bergen", age: 30), forKey: "i", inCollection: "mixed")
+                #expect(throws: DatabaseError.self) {
+                    try txn.savepoint { txn in
+                        try txn.set(Person(city: "Oslo", age: 40), forKey: "p", inCollection: "mixed")
+                    }
+                }
+            }
+            try writer.read { txn throws in
+                #expect(try txn.keys(inCollection: "mixed") == ["i"])
+                #expect(try txn.index(named: "a_people").count(where: "city = ?", [.text("Oslo")]) == 0)
+                #expect(try txn.view(named: "b_titles").items(inGroup: "all").map(\.key) == ["i"])
+            }
+        }
+    }
+
+    /// A value the first extension refuses changed nothing: caught, the rest commits.
+    @Test func aValueTheFirstExtensionRefusesLeavesTheTransactionFreeToCommit() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register([Self.people, Self.titles])
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn throws in
+                try txn.set(Person(city: "Oslo", age: 40), forKey: "p", inCollection: "other")
+                expectError(.decodingFailed) {
+                    try txn.set(Item(title: "not a person"), forKey: "i", inCollection: "mixed")
+                }
+            }
+            try writer.read { txn throws in
+                #expect(try txn.keys(inCollection: "other") == ["p"])
+                #expect(try txn.keys(inCollection: "mixed") == [])
+                #expect(try txn.view(named: "b_titles").items(inGroup: "all").isEmpty)
+            }
+        }
+    }
+}

@@ -52,24 +52,57 @@ final class ExtensionWriters {
         return writer
     }
 
-    func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError) {
-        for writer in try writers(for: collection) {
+    /// A hook that failed, and whether extensions may have changed rows before it did.
+    struct HookFailure: Error {
+        let error: DatabaseError
+        /// `false` only when the first writer refused a value it cannot decode: each writer
+        /// decodes the value before it writes anything, so no extension changed.
+        let changedRows: Bool
+    }
+
+    /// Runs `hook` on the writers of the extensions that observe `collection` (every one for
+    /// `nil`); returns whether any ran.
+    private func run(
+        _ collection: String?, _ hook: (any ExtensionWriter) throws(DatabaseError) -> Void
+    ) throws(HookFailure) -> Bool {
+        let writers: [any ExtensionWriter]
+        do {
+            writers = try self.writers(for: collection)
+        } catch {
+            throw HookFailure(error: error, changedRows: false)
+        }
+        for (index, writer) in writers.enumerated() {
+            do {
+                try hook(writer)
+            } catch {
+                throw HookFailure(error: error, changedRows: index > 0 || error.code != .decodingFailed)
+            }
+        }
+        return !writers.isEmpty
+    }
+
+    func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(HookFailure)
+        -> Bool
+    {
+        try run(collection) { writer throws(DatabaseError) in
             try writer.willSet(data, forKey: key, inCollection: collection)
         }
     }
 
-    func willRemove(forKey key: String, inCollection collection: String) throws(DatabaseError) {
-        for writer in try writers(for: collection) {
+    func willRemove(forKey key: String, inCollection collection: String) throws(HookFailure) -> Bool {
+        try run(collection) { writer throws(DatabaseError) in
             try writer.willRemove(forKey: key, inCollection: collection)
         }
     }
 
-    func willRemoveAll(inCollection collection: String) throws(DatabaseError) {
-        for writer in try writers(for: collection) { try writer.willRemoveAll(inCollection: collection) }
+    func willRemoveAll(inCollection collection: String) throws(HookFailure) -> Bool {
+        try run(collection) { writer throws(DatabaseError) in
+            try writer.willRemoveAll(inCollection: collection)
+        }
     }
 
-    func willRemoveAllCollections() throws(DatabaseError) {
-        for writer in try writers(for: nil) { try writer.willRemoveAllCollections() }
+    func willRemoveAllCollections() throws(HookFailure) -> Bool {
+        try run(nil) { writer throws(DatabaseError) in try writer.willRemoveAllCollections() }
     }
 
     /// Fills `definition`'s new, empty tables from the values (its registration).

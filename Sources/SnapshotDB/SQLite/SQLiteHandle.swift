@@ -458,6 +458,17 @@ extension SQLiteHandle {
     /// - Throws: `corrupt` when rows of `snapshotdb_meta` or every row of `snapshotdb_history`
     ///   are missing (another client deleted them): without them commits would be numbered
     ///   wrong or not at all.
+    /// Throws `valueTooLarge` (as SQLite's bind would) for `count` bytes past SQLite's length
+    /// limit: checked before a write's extension hooks run, so that a value refused for its size
+    /// leaves the extensions as they were.
+    func checkLength(_ count: Int) throws(DatabaseError) {
+        let limit = Int(sqlite3_limit(pointer, SQLITE_LIMIT_LENGTH, -1))
+        guard count > limit else { return }
+        throw DatabaseError(
+            .valueTooLarge, "a value of \(count) bytes is too big for SQLite (at most \(limit) bytes)",
+            sqliteCode: SQLITE_TOOBIG)
+    }
+
     func readCommitState() throws(DatabaseError) -> CommitState {
         let statement = try statement(.readState)
         defer { statement.reset() }

@@ -27,6 +27,9 @@ public final class ReadWriteTransaction: ReadTransaction {
         /// Whether the transaction wrote bookkeeping that is not a value (a consumer's
         /// acknowledgement): committed even when no value changed, with no commit number.
         var wroteBookkeeping = false
+        /// A write that failed after extension hooks had changed rows for it, and the scope it
+        /// failed in (see ``ReadWriteTransaction/keepingExtensionsInStep(_:_:)``).
+        var outOfStep: (error: DatabaseError, depth: Int)?
     }
 
     private let shared: SharedState
@@ -79,7 +82,42 @@ public final class ReadWriteTransaction: ReadTransaction {
 
     /// The error that keeps this transaction from committing, if any (a savepoint that could
     /// not be rolled back).
-    var failure: DatabaseError? { shared.failure }
+    var failure: DatabaseError? { shared.failure ?? shared.outOfStep?.error }
+
+    /// Runs the extension hooks of a write, then the write. An error once a hook changed an
+    /// extension's rows (a later extension that cannot decode the value, the write itself
+    /// failing) would leave the extensions out of step with the values if the transaction
+    /// committed: the transaction then fails at its end with that error (catching it does not
+    /// let it commit), unless a savepoint around the write is rolled back, which undoes the
+    /// hooks' rows too. A value the first extension refuses to decode changed nothing, and
+    /// leaves the transaction free to go on.
+    private func keepingExtensionsInStep<T>(
+        _ hooks: () throws(ExtensionWriters.HookFailure) -> Bool, _ write: () throws(DatabaseError) -> T
+    ) throws(DatabaseError) -> T {
+        let ran: Bool
+        do {
+            ran = try hooks()
+        } catch {
+            if error.changedRows { markOutOfStep(error.error) }
+            throw error.error
+        }
+        do {
+            return try write()
+        } catch {
+            if ran { markOutOfStep(error) }
+            throw error
+        }
+    }
+
+    private func markOutOfStep(_ error: DatabaseError) {
+        guard shared.outOfStep == nil else { return }
+        let wrapped = DatabaseError(
+            error.code,
+            "\(error.message); the transaction cannot commit: extensions had already been updated for that "
+                + "write (roll back a savepoint around it to go on without it)",
+            sqliteCode: error.sqliteCode, cause: error)
+        shared.outOfStep = (wrapped, shared.rollbackRequests.count - 1)
+    }
 
     override func cacheIsValid(for key: CacheKey) -> Bool {
         // The cache holds values as of the commit this transaction started from; anything the
@@ -138,17 +176,23 @@ public final class ReadWriteTransaction: ReadTransaction {
         throws(DatabaseError)
     {
         try checkNotEnumerating(collection)
-        try shared.extensions.willSet(data, forKey: key, inCollection: collection)
-        if let metadata {
-            let statement = try core.handle().statement(.upsertWithMetadata)
-            defer { statement.reset() }
-            try statement.bind(collection, at: 1)
-            try statement.bind(key, at: 2)
-            try statement.bind(data, at: 3)
-            if let metadata { try statement.bind(metadata, at: 4) } else { try statement.bindNull(at: 4) }
-            _ = try statement.step()
-        } else {
-            try core.handle().statement(.upsert).run(collection, key, data)
+        let handle = try core.handle()
+        try handle.checkLength(data.count)
+        try keepingExtensionsInStep {
+            () throws(ExtensionWriters.HookFailure) in
+            try shared.extensions.willSet(data, forKey: key, inCollection: collection)
+        } _: { () throws(DatabaseError) in
+            if let metadata {
+                let statement = try handle.statement(.upsertWithMetadata)
+                defer { statement.reset() }
+                try statement.bind(collection, at: 1)
+                try statement.bind(key, at: 2)
+                try statement.bind(data, at: 3)
+                if let metadata { try statement.bind(metadata, at: 4) } else { try statement.bindNull(at: 4) }
+                _ = try statement.step()
+            } else {
+                try handle.statement(.upsert).run(collection, key, data)
+            }
         }
         shared.changes.recordSet(key, in: collection)
     }
@@ -160,7 +204,11 @@ public final class ReadWriteTransaction: ReadTransaction {
         try checkActive()
         try checkNotEnumerating(collection)
         guard let data = try core.handle().statement(.getData).fetchBlob(collection, key) else { return }
-        try shared.extensions.willSet(data, forKey: key, inCollection: collection)
+        try keepingExtensionsInStep {
+            () throws(ExtensionWriters.HookFailure) in
+            try shared.extensions.willSet(data, forKey: key, inCollection: collection)
+        } _: {
+        }
         shared.changes.recordSet(key, in: collection)
     }
 
@@ -169,9 +217,13 @@ public final class ReadWriteTransaction: ReadTransaction {
         try checkActive()
         try checkNotEnumerating(collection)
         let handle = try core.handle()
-        try shared.extensions.willRemove(forKey: key, inCollection: collection)
-        try handle.statement(.delete).withBindings(collection, key) { statement throws(DatabaseError) in
-            _ = try statement.step()
+        try keepingExtensionsInStep {
+            () throws(ExtensionWriters.HookFailure) in
+            try shared.extensions.willRemove(forKey: key, inCollection: collection)
+        } _: { () throws(DatabaseError) in
+            try handle.statement(.delete).withBindings(collection, key) { statement throws(DatabaseError) in
+                _ = try statement.step()
+            }
         }
         if handle.changes > 0 { shared.changes.recordRemove(key, in: collection) }
     }
@@ -188,11 +240,15 @@ public final class ReadWriteTransaction: ReadTransaction {
         try checkActive()
         try checkNotEnumerating(collection)
         let handle = try core.handle()
-        try shared.extensions.willRemoveAll(inCollection: collection)
-        let statement = try handle.statement(.deleteCollection)
-        defer { statement.reset() }
-        try statement.bind(collection, at: 1)
-        _ = try statement.step()
+        try keepingExtensionsInStep {
+            () throws(ExtensionWriters.HookFailure) in
+            try shared.extensions.willRemoveAll(inCollection: collection)
+        } _: { () throws(DatabaseError) in
+            let statement = try handle.statement(.deleteCollection)
+            defer { statement.reset() }
+            try statement.bind(collection, at: 1)
+            _ = try statement.step()
+        }
         if handle.changes > 0 { shared.changes.recordClear(collection) }
     }
 
@@ -201,8 +257,12 @@ public final class ReadWriteTransaction: ReadTransaction {
         try checkActive()
         try checkNotEnumerating(nil)
         let handle = try core.handle()
-        try shared.extensions.willRemoveAllCollections()
-        try handle.statement(.deleteAll).execute()
+        try keepingExtensionsInStep {
+            () throws(ExtensionWriters.HookFailure) in
+            try shared.extensions.willRemoveAllCollections()
+        } _: { () throws(DatabaseError) in
+            try handle.statement(.deleteAll).execute()
+        }
         if handle.changes > 0 { shared.changes.recordClearAll() }
     }
 
@@ -246,7 +306,7 @@ public final class ReadWriteTransaction: ReadTransaction {
         } catch {
             scope.end()
             shared.rollbackRequests.removeLast()
-            rollBack(to: name, handle: handle)
+            rollBack(to: name, depth: scope.depth, handle: handle)
             (shared.changes, shared.info) = saved
             throw error
         }
@@ -258,7 +318,7 @@ public final class ReadWriteTransaction: ReadTransaction {
             throw error
         }
         if shared.rollbackRequests.removeLast() {
-            rollBack(to: name, handle: handle)
+            rollBack(to: name, depth: scope.depth, handle: handle)
             (shared.changes, shared.info) = saved
             if let failure = shared.failure { throw failure }
         } else {
@@ -270,7 +330,7 @@ public final class ReadWriteTransaction: ReadTransaction {
 
     /// Rolls a savepoint back. One that fails leaves what the savepoint did in the transaction:
     /// the transaction then fails at its end instead of committing it (the first error wins).
-    private func rollBack(to savepoint: String, handle: SQLiteHandle) {
+    private func rollBack(to savepoint: String, depth: Int, handle: SQLiteHandle) {
         // Whether or not SQLite rolls back, the savepoint ends (a failed rollback fails the
         // transaction, so what the writers then hold is never committed).
         defer { shared.extensions.endSavepoint(rolledBack: true) }
@@ -279,6 +339,8 @@ public final class ReadWriteTransaction: ReadTransaction {
                 throw FaultInjector.error(.savepointRollback)
             }
             try handle.execute("ROLLBACK TO \(savepoint); RELEASE \(savepoint)")
+            // What a write left out of step inside the savepoint is undone with it.
+            if let outOfStep = shared.outOfStep, outOfStep.depth >= depth { shared.outOfStep = nil }
         } catch {
             if shared.failure == nil {
                 shared.failure = DatabaseError(
