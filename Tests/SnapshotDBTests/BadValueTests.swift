@@ -242,3 +242,42 @@ struct ExtensionStepTests {
         }
     }
 }
+
+extension ExtensionStepTests {
+    /// A value a foreign client wrote that a view cannot decode: sealing it marks the view stale
+    /// instead of failing, so writes go on (the one that removes the value included), the other
+    /// extensions are rebuilt, and registering the view again once the value is gone rebuilds it.
+    @Test func aForeignValueAViewCannotDecodeMarksItStaleAndWritesGoOn() throws {
+        try withTemporaryDatabase { db throws in
+            let cities = SecondaryIndex<Item>(
+                name: "titles", version: "1", collections: ["items"], columns: [.text("title")],
+                extract: { _, _, item in ["title": .text(item.title)] })
+            try db.register([ViewTests.byTitle, cities])
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn throws in
+                try txn.set(
+                    Note(title: "a", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
+                try txn.set(Item(title: "x"), forKey: "i1", inCollection: "items")
+            }
+            try sqlite3(
+                db.path,
+                """
+                INSERT INTO snapshotdb_values(collection, key, data) VALUES ('notes', 'bad', x'7B7D');
+                INSERT INTO snapshotdb_values(collection, key, data) VALUES ('items', 'i2', '{"title":"y","count":0}');
+                """)
+            try writer.readWrite { try $0.set(Item(title: "z"), forKey: "i3", inCollection: "items") }
+            let reader = db.newConnection(name: "reader")
+            let error = expectError(.extensionStale) { try reader.read { try $0.view(named: "byTitle") } }
+            #expect(error?.message.contains("cannot decode") == true, "\(String(describing: error))")
+            // The index was rebuilt with the foreign value, and kept up to date after it.
+            try reader.read { txn throws in
+                #expect(try txn.index(named: "titles").count(where: "title IN ('x', 'y', 'z')") == 3)
+            }
+            try writer.readWrite { try $0.removeValue(forKey: "bad", inCollection: "notes") }
+            try db.register(ViewTests.byTitle)
+            try reader.read { txn throws in
+                #expect(try txn.view(named: "byTitle").items(inGroup: "inbox").map(\.key) == ["n1"])
+            }
+        }
+    }
+}

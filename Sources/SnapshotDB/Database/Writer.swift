@@ -182,6 +182,46 @@ final class Writer: Sendable {
 
     // MARK: Sealing foreign writes
 
+    /// Rebuilds the extensions this process keeps, after foreign writes, in the open write
+    /// transaction on `handle`; returns those that could not decode a value a foreign client
+    /// wrote, left as they were, for the caller to mark stale.
+    ///
+    /// A value no extension can read must not keep every write of the database from starting
+    /// (the write that would remove it included): its extensions are marked stale instead, and
+    /// registering them again (once the value is fixed or removed) rebuilds them. All are first
+    /// rebuilt together in one pass; only when that meets such a value is each rebuilt on its
+    /// own, in a savepoint that a failure rolls back.
+    private static func rebuildAfterForeignWrites(
+        _ database: Database, handle: SQLiteHandle, excluding excluded: Set<String>
+    ) throws(DatabaseError) -> [String] {
+        try handle.execute("SAVEPOINT snapshotdb_seal_rebuild")
+        do {
+            try ExtensionWriters.rebuildAll(database, handle: handle, excluding: excluded)
+            try handle.execute("RELEASE snapshotdb_seal_rebuild")
+            return []
+        } catch {
+            guard error.code == .decodingFailed else { throw error }
+            try handle.execute("ROLLBACK TO snapshotdb_seal_rebuild")
+        }
+        let names = database.extensionDefinitions().map(\.name).filter { !excluded.contains($0) }
+        var undecodable: [String] = []
+        for name in names {
+            try handle.execute("SAVEPOINT snapshotdb_seal_rebuild_one")
+            do {
+                try ExtensionWriters.rebuildAll(
+                    database, handle: handle, excluding: excluded.union(names.filter { $0 != name }))
+                try handle.execute("RELEASE snapshotdb_seal_rebuild_one")
+            } catch {
+                guard error.code == .decodingFailed else { throw error }
+                try handle.execute(
+                    "ROLLBACK TO snapshotdb_seal_rebuild_one; RELEASE snapshotdb_seal_rebuild_one")
+                undecodable.append(name)
+            }
+        }
+        try handle.execute("RELEASE snapshotdb_seal_rebuild")
+        return undecodable
+    }
+
     /// Gives the foreign writes of the open `BEGIN IMMEDIATE` transaction a commit number of
     /// their own and commits them, with a changeset of the keys the schema's triggers noted
     /// (an external one when none were noted: a backup put back from outside fires no trigger).
@@ -196,8 +236,12 @@ final class Writer: Sendable {
         // process keeps, in the same transaction, and mark the file's others stale. The
         // changeset resets every extension, so their readers reload.
         let upkeep = try database.extensionUpkeep(on: handle)
-        try ExtensionWriters.rebuildAll(database, handle: handle, excluding: upkeep.excluded)
+        let undecodable = try Self.rebuildAfterForeignWrites(
+            database, handle: handle, excluding: upkeep.excluded)
         _ = try markStale(upkeep, changes: nil, commit: sealed, connection: nil, handle: handle)
+        for name in undecodable {
+            try ExtensionCatalog.markStale(name, commit: sealed, connection: nil, handle: handle)
+        }
         // A counter below what this process published is older contents put back from outside:
         // the keys the triggers noted (perhaps in the backup) do not say what changed.
         let isRestore = state.commit < database.latestCommit

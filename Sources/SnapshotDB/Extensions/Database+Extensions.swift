@@ -302,8 +302,8 @@ extension ReadTransaction {
             throw DatabaseError(
                 .extensionStale,
                 "extension '\(definition.name)' is stale since commit \(stale): process \(process)\(connection) "
-                    + "changed its values without keeping it (it did not register it, or registered another "
-                    + "version); register it again to rebuild it")
+                    + "changed its values without keeping it (it did not register it, registered another "
+                    + "version, or wrote a value it cannot decode); register it again to rebuild it")
         }
         // A write transaction may register or drop extensions itself: it looks each time.
         if write == nil { installedExtensions.insert(definition.name + "\u{0}" + definition.version) }
