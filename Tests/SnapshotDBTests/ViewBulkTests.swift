@@ -131,3 +131,48 @@ struct ViewBulkTests {
         }
     }
 }
+
+extension ViewBulkTests {
+    /// A reader made before writes is refused even when the transaction's change log is as long
+    /// again as when it was made (`removeAllCollections()` empties the log, a savepoint rollback
+    /// shortens it): the count that tells it only grows.
+    @Test func aReaderMadeBeforeAClearAndAsManyWritesIsRefused() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            let stale = expectError(.misuse) {
+                try writer.readWrite { txn in
+                    try txn.set(
+                        Note(title: "a", folder: "inbox", archived: false), forKey: "n1",
+                        inCollection: "notes")
+                    let before = try txn.view(named: "byTitle")
+                    try txn.removeAllCollections()
+                    try txn.set(
+                        Note(title: "b", folder: "work", archived: false), forKey: "n2", inCollection: "notes"
+                    )
+                    _ = try txn.view(named: "byTitle")
+                    _ = before.items(inGroup: "inbox")
+                }
+            }
+            #expect(
+                stale?.message.contains("call view(named:) again") == true, "\(String(describing: stale))")
+            try writer.readWrite {
+                try $0.set(
+                    Note(title: "a", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
+            }
+            let savepoint = expectError(.misuse) {
+                try writer.readWrite { txn in
+                    let before = try txn.view(named: "byTitle")
+                    try? txn.savepoint { txn in
+                        try txn.set(
+                            Note(title: "c", folder: "inbox", archived: false), forKey: "n3",
+                            inCollection: "notes")
+                        txn.rollback()
+                    }
+                    _ = before.items(inGroup: "inbox")
+                }
+            }
+            #expect(savepoint?.message.contains("call view(named:) again") == true)
+        }
+    }
+}

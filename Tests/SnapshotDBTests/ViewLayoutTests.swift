@@ -422,3 +422,48 @@ struct ViewSharingTests {
         }
     }
 }
+
+extension ViewLayoutTests {
+    /// A page position a foreign client set to Int64.min (still in order, so the view reads
+    /// right): a split after it finds no free position without overflowing, and renumbers the
+    /// group instead of trapping.
+    @Test func aPagePositionAtInt64MinIsRenumberedOnTheNextSplit() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("positions.sqlite").path
+            do {
+                let db = try Database(path: path)
+                try db.register(ViewTests.byTitle)
+                try db.newConnection().readWrite { txn in
+                    for index in 0..<100 {
+                        try txn.set(
+                            Note(title: String(format: "m%04d", index), folder: "inbox", archived: false),
+                            forKey: "n\(index)", inCollection: "notes")
+                    }
+                }
+                try db.close()
+            }
+            // The first page at Int64.min: the gap to the next (positive) position is past Int64.
+            try sqlite3(
+                path,
+                """
+                UPDATE snapshotdb_x7_byTitle_page SET position = -9223372036854775808
+                    WHERE id = (SELECT id FROM snapshotdb_x7_byTitle_page ORDER BY position LIMIT 1);
+                """)
+            let db = try Database(path: path)
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection()
+            // Items that sort before every other fill the first page until it splits.
+            for index in 0..<80 {
+                try writer.readWrite { txn in
+                    try txn.set(
+                        Note(title: String(format: "a%04d", index), folder: "inbox", archived: false),
+                        forKey: "a\(index)", inCollection: "notes")
+                }
+            }
+            try writer.read { txn throws in
+                #expect(ViewTests.rows(try txn.view(named: "byTitle")) == (try ViewTests.expectedRows(txn)))
+            }
+            #expect(try isIntact(path))
+        }
+    }
+}

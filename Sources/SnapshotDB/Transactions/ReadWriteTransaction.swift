@@ -30,6 +30,9 @@ public final class ReadWriteTransaction: ReadTransaction {
         /// A write that failed after extension hooks had changed rows for it, and the scope it
         /// failed in (see ``ReadWriteTransaction/keepingExtensionsInStep(_:_:)``).
         var outOfStep: (error: DatabaseError, depth: Int)?
+        /// Counts the writes of values and the savepoint rollbacks: only grows, so a reader made
+        /// before a change sees another count (``ViewReader``), whatever the change undid.
+        var generation = 0
     }
 
     private let shared: SharedState
@@ -84,6 +87,9 @@ public final class ReadWriteTransaction: ReadTransaction {
     /// not be rolled back).
     var failure: DatabaseError? { shared.failure ?? shared.outOfStep?.error }
 
+    /// Changes whenever the transaction writes a value or rolls a savepoint back.
+    var writeGeneration: Int { shared.generation }
+
     /// Runs the extension hooks of a write, then the write. An error once a hook changed an
     /// extension's rows (a later extension that cannot decode the value, the write itself
     /// failing) would leave the extensions out of step with the values if the transaction
@@ -94,6 +100,7 @@ public final class ReadWriteTransaction: ReadTransaction {
     private func keepingExtensionsInStep<T>(
         _ hooks: () throws(ExtensionWriters.HookFailure) -> Bool, _ write: () throws(DatabaseError) -> T
     ) throws(DatabaseError) -> T {
+        shared.generation += 1
         let ran: Bool
         do {
             ran = try hooks()
@@ -334,6 +341,7 @@ public final class ReadWriteTransaction: ReadTransaction {
         // Whether or not SQLite rolls back, the savepoint ends (a failed rollback fails the
         // transaction, so what the writers then hold is never committed).
         defer { shared.extensions.endSavepoint(rolledBack: true) }
+        shared.generation += 1
         do throws(DatabaseError) {
             if core.database.faults.shouldFail(.savepointRollback) {
                 throw FaultInjector.error(.savepointRollback)

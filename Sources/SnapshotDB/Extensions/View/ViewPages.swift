@@ -506,8 +506,10 @@ final class ViewPages {
         guard let next = list.slot(after: slot) else {
             return here <= Int64.max - positionStep ? here + positionStep : nil
         }
-        let gap = list[next].position - here
-        return gap > 1 ? here + gap / 2 : nil
+        // Positions come from the file: a gap past Int64 (a damaged or foreign-edited page row)
+        // is no free position, and renumbering writes sound ones.
+        let (gap, overflow) = list[next].position.subtractingReportingOverflow(here)
+        return !overflow && gap > 1 ? here + gap / 2 : nil
     }
 
     /// Spreads `group`'s page positions `positionStep` apart again (rare: it takes about 32

@@ -51,7 +51,7 @@ public final class ViewReader {
         pages = ViewPages(
             handle: context.handle, prefix: context.tablePrefix, keyed: ranking.keyed, layout: layout)
         groups = layout.groupNames
-        writesWhenMade = (transaction as? ReadWriteTransaction)?.changes.operations.count
+        writesWhenMade = (transaction as? ReadWriteTransaction)?.writeGeneration
     }
 
     /// Throws `misuse` when the read-write transaction wrote since this reader was made: its
@@ -59,7 +59,7 @@ public final class ViewReader {
     /// wrong or report damage that is not there.
     private func checkCurrent() throws(DatabaseError) {
         guard let writesWhenMade, let write = transaction as? ReadWriteTransaction,
-            write.changes.operations.count != writesWhenMade
+            write.writeGeneration != writesWhenMade
         else { return }
         throw DatabaseError(
             .misuse,
