@@ -151,3 +151,42 @@ struct SearchResultsViewTests {
         }
     }
 }
+
+extension SearchResultsViewTests {
+    /// A full-text index a search-results view reads is not rebuilt or replaced under it: alone,
+    /// a new version (or another kind under its name) is refused naming the view; registered
+    /// together with the view's new version, both follow it.
+    @Test func anIndexAViewReadsIsReplacedOnlyTogetherWithTheView() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.text)
+            try db.register(Self.found)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                try txn.set(Article(title: "shopping", body: "swift"), forKey: "a1", inCollection: "articles")
+                try txn.set(Article(title: "swift", body: "notes"), forKey: "a2", inCollection: "articles")
+            }
+            let titleOnly = FullTextSearch<Article>(
+                name: "articleText", version: "2", collections: ["articles"], columns: ["title"],
+                extract: { _, _, article in ["title": article.title] })
+            let error = expectError(.misuse) { try db.register(titleOnly) }
+            #expect(error?.message.contains("'found'") == true, "\(String(describing: error))")
+            let viewUnderItsName = View<Article>(
+                name: "articleText", version: "1", collections: ["articles"], group: { _, _, _ in "all" },
+                areInIncreasingOrder: { $0.title < $1.title })
+            expectError(.misuse) { try db.register(viewUnderItsName) }
+            try writer.read { txn throws in
+                #expect(try txn.search(named: "articleText").keys(matching: "swift").count == 2)
+                #expect(try txn.view(named: "found").items(inGroup: "all").map(\.key) == ["a1", "a2"])
+            }
+            let foundInTitles = SearchResultsView(
+                name: "found", parent: Self.byTitle, search: titleOnly, version: "1", query: "swift")
+            try db.register([titleOnly, foundInTitles])
+            try writer.read { txn throws in
+                #expect(try txn.search(named: "articleText").keys(matching: "swift").map(\.key) == ["a2"])
+                #expect(try txn.view(named: "found").items(inGroup: "all").map(\.key) == ["a2"])
+                #expect(
+                    ViewTests.rows(try txn.view(named: "found")) == (try Self.expected(txn, query: "swift")))
+            }
+        }
+    }
+}

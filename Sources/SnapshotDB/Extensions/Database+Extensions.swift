@@ -81,6 +81,24 @@ extension Database {
                 )
             }
         }
+        // An extension another registered one reads (a search-results view its full-text index)
+        // is not rebuilt or replaced under it: the reader's rows follow the old definition, and
+        // it reads the tables by name. Registered together, both are rebuilt in one commit.
+        for definition in definitions {
+            guard let registered = extensionDefinition(named: definition.name),
+                registered.kind != definition.kind || registered.storedVersion != definition.storedVersion
+            else { continue }
+            for dependent in extensionDefinitions()
+            where dependent.dependencies.contains(definition.name)
+                && !definitions.contains(where: { $0.name == dependent.name })
+            {
+                throw DatabaseError(
+                    .misuse,
+                    "extension '\(definition.name)' is read by extension '\(dependent.name)', which would keep "
+                        + "following its old definition; register them together (a new version of "
+                        + "'\(dependent.name)' that reads this one), or unregister '\(dependent.name)' first")
+            }
+        }
         // Each after those of the list it reads.
         var ordered: [any ExtensionDefinition] = []
         var remaining = definitions
