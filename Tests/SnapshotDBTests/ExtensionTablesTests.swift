@@ -211,3 +211,29 @@ struct ExtensionTablesTests {
         }
     }
 }
+
+extension ExtensionTablesTests {
+    /// A view registered again under the same version but over more collections is rebuilt: the
+    /// values already in the new collection were never fed to it.
+    @Test func aViewWhoseCollectionsChangedUnderTheSameVersionIsRebuilt() throws {
+        func byTitle(_ collections: Set<String>) -> View<Note> {
+            View<Note>(
+                name: "byTitle", version: "1", collections: collections, group: { _, _, note in note.folder },
+                areInIncreasingOrder: { $0.title < $1.title })
+        }
+        try withTemporaryDatabase { db throws in
+            try db.register(byTitle(["notes"]))
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "a", folder: "inbox", archived: false), forKey: "n", inCollection: "notes")
+                try txn.set(
+                    Note(title: "b", folder: "inbox", archived: false), forKey: "m", inCollection: "more")
+            }
+            try db.register(byTitle(["notes", "more"]))
+            try writer.read { txn throws in
+                #expect(try txn.view(named: "byTitle").items(inGroup: "inbox").map(\.key) == ["n", "m"])
+            }
+        }
+    }
+}

@@ -341,3 +341,37 @@ struct WALProgressTests {
         #expect(wal.pinnedFrames(bySnapshot: 5, latest: 6) == 2)
     }
 }
+
+extension WriterContractTests {
+    /// An unregistration or registration whose commit fails leaves the registry as it was, put
+    /// back under the writer lock: the next writes keep the extension up to date, and it is not
+    /// marked stale for want of a writer.
+    @Test func aRegistrationChangeWhoseCommitFailsLeavesTheRegistryAsItWas() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite {
+                try $0.set(
+                    Note(title: "a", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
+            }
+            db.faults.arm(.commit)
+            expectError(.sqlite) { try db.unregister("byTitle") }
+            #expect(db.registeredExtensions == ["byTitle"])
+            db.faults.arm(.commit)
+            let other = View<Note>(
+                name: "byTitle", version: "2", collections: ["notes"], group: { _, _, note in note.folder },
+                areInIncreasingOrder: { $0.title > $1.title })
+            expectError(.sqlite) { try db.register(other) }
+            #expect(db.registeredExtensions == ["byTitle"])
+            try writer.readWrite {
+                try $0.set(
+                    Note(title: "b", folder: "inbox", archived: false), forKey: "n2", inCollection: "notes")
+            }
+            try writer.read { txn throws in
+                let view = try txn.view(named: "byTitle")
+                #expect(view.items(inGroup: "inbox").map(\.key) == ["n1", "n2"])
+                #expect(ViewTests.rows(view) == (try ViewTests.expectedRows(txn)))
+            }
+        }
+    }
+}

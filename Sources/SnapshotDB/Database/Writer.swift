@@ -71,6 +71,9 @@ final class Writer: Sendable {
         defer { connection.endWrite() }
         let transaction = ReadWriteTransaction(core: connection, commit: start)
         transaction.extensionWriters.excluded = upkeep.excluded
+        // Declared after the lock's `defer`, so it runs first: still under the lock.
+        var committed = false
+        defer { if !committed { transaction.runRollbackActions() } }
         let result: T
         do {
             result = try body(transaction)
@@ -106,8 +109,12 @@ final class Writer: Sendable {
                     connection.rollback(handle)
                     throw error
                 }
+                committed = true
                 return result
             }
+            // Nothing to commit: what the transaction did in memory stands (a registration of an
+            // extension the file already holds changes no row), unless it asked to roll back.
+            committed = !transaction.isRollbackRequested
             try connection.rollbackOrThrow(handle)
             return result
         }
@@ -134,6 +141,7 @@ final class Writer: Sendable {
             clearedAll: transaction.changes.clearedAllCollections)
         try commit(
             changeset, from: source, sealing: false, on: handle, database: database, writer: connection)
+        committed = true
         transaction.extensionWriters.didCommit(changeset.commit, from: start)
         return result
     }

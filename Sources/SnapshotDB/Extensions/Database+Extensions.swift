@@ -122,16 +122,11 @@ extension Database {
             for definition in ordered { try adoptOnReplica(definition, connection: connection) }
             return
         }
-        // A registration that fails rolls back, tables and catalog: what was registered under
-        // each name before (or nothing) must be again, or every later write would run a writer
-        // for tables that do not exist.
-        let previous = ordered.map { extensionDefinition(named: $0.name) }
+        // A registration that fails rolls back, tables and catalog, and the registry with them,
+        // under the writer lock (``ReadWriteTransaction/setRegistered(_:named:)``).
         do {
             try connection.readWrite { transaction in try transaction.install(ordered) }
         } catch {
-            for (definition, before) in zip(ordered, previous) {
-                setExtension(before, named: definition.name)
-            }
             if let error = error as? DatabaseError { throw error }
             let names = ordered.map(\.name).joined(separator: "', '")
             throw DatabaseError(.sqlite, "registering extension '\(names)' failed: \(error)", cause: error)
@@ -233,16 +228,21 @@ extension ReadWriteTransaction {
         let handle = try core.handle()
         try handle.execute(ExtensionCatalog.create)
         let installed = try ExtensionCatalog.installed(definition.name, handle: handle)
-        // A version left stale by a process that does not keep it is rebuilt like a new one.
+        // A version left stale by a process that does not keep it is rebuilt like a new one, and
+        // so is one whose collections changed under the same version (the values of a collection
+        // it did not observe were never fed to it). Collections the file does not know (recorded
+        // before they were) are taken as the same.
         let isStale = try ExtensionCatalog.state(definition.name, handle: handle)?.staleCommit != nil
+        let stored = try ExtensionCatalog.entries(handle: handle).first { $0.name == definition.name }
+        let sameCollections = stored?.collections.map { $0 == definition.collections } ?? true
         if let installed, installed.kind == definition.kind,
-            installed.version == definition.storedVersion, !isStale
+            installed.version == definition.storedVersion, !isStale, sameCollections
         {
             if let view = definition as? any ViewDefinition {
                 let context = try core.extensionContext(named: definition.name, transaction: self)
                 try view.ranking(context).checkStored(version: definition.version)
             }
-            core.database.setExtension(definition, named: definition.name)
+            setRegistered(definition, named: definition.name)
             extensionWriters.excluded.remove(definition.name)
             return nil
         }
@@ -252,9 +252,20 @@ extension ReadWriteTransaction {
         try ExtensionCatalog.record(definition, handle: handle)
         try ExtensionCatalog.recordState(
             definition, commit: commit + 1, connection: core.name, handle: handle)
-        core.database.setExtension(definition, named: definition.name)
+        setRegistered(definition, named: definition.name)
         extensionWriters.excluded.remove(definition.name)
         return context
+    }
+
+    /// Registers `definition` as `name` in the database's registry (unregisters it for `nil`)
+    /// for this transaction and those after it; a rollback of the transaction puts back what was
+    /// registered before, still under the writer lock, so that no other writer ever sees a
+    /// registration that did not commit.
+    func setRegistered(_ definition: (any ExtensionDefinition)?, named name: String) {
+        let database = core.database
+        let before = database.extensionDefinition(named: name)
+        onRollback { database.setExtension(before, named: name) }
+        database.setExtension(definition, named: name)
     }
 
     /// Drops the extension registered as `name`, its tables and its record.
@@ -263,7 +274,7 @@ extension ReadWriteTransaction {
         let handle = try core.handle()
         try handle.execute(ExtensionCatalog.create)
         let wasInstalled = try ExtensionCatalog.installed(name, handle: handle) != nil
-        core.database.setExtension(nil, named: name)
+        setRegistered(nil, named: name)
         guard wasInstalled else { return }
         try ExtensionCatalog.dropTables(of: name, handle: handle)
         try ExtensionCatalog.forget(name, handle: handle)

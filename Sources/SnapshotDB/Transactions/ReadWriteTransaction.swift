@@ -33,6 +33,9 @@ public final class ReadWriteTransaction: ReadTransaction {
         /// Counts the writes of values and the savepoint rollbacks: only grows, so a reader made
         /// before a change sees another count (``ViewReader``), whatever the change undid.
         var generation = 0
+        /// What to undo in memory if the transaction does not commit, newest first (see
+        /// ``ReadWriteTransaction/onRollback(_:)``).
+        var rollbackActions: [() -> Void] = []
     }
 
     private let shared: SharedState
@@ -89,6 +92,20 @@ public final class ReadWriteTransaction: ReadTransaction {
 
     /// Changes whenever the transaction writes a value or rolls a savepoint back.
     var writeGeneration: Int { shared.generation }
+
+    /// Runs `action` if the transaction ends without committing, under the writer lock (the
+    /// registry of extensions is put back this way).
+    func onRollback(_ action: @escaping () -> Void) {
+        shared.rollbackActions.append(action)
+    }
+
+    /// Runs the rollback actions, newest first; the ``Writer`` calls this, holding its lock,
+    /// when the transaction did not commit.
+    func runRollbackActions() {
+        let actions = shared.rollbackActions
+        shared.rollbackActions = []
+        for action in actions.reversed() { action() }
+    }
 
     /// Runs the extension hooks of a write, then the write. An error once a hook changed an
     /// extension's rows (a later extension that cannot decode the value, the write itself
