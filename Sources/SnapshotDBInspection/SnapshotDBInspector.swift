@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// Reads a SnapshotDB (or any WAL-mode SQLite) database's files and lock bytes and tells who
 /// pins the WAL, without SQLite, without taking a lock and without writing a byte.
 ///
@@ -18,11 +26,24 @@
 /// }
 /// ```
 public enum SnapshotDBInspector {
-    /// The `-wal` path SQLite uses for the database at `path`.
-    public static func walPath(forDatabaseAt path: String) -> String { path + "-wal" }
+    /// The `-wal` path SQLite uses for the database at `path`: beside the file a symbolic link
+    /// leads to, as SQLite resolves it.
+    public static func walPath(forDatabaseAt path: String) -> String { sqlitePath(path) + "-wal" }
 
-    /// The `-shm` path SQLite uses for the database at `path`.
-    public static func sharedMemoryPath(forDatabaseAt path: String) -> String { path + "-shm" }
+    /// The `-shm` path SQLite uses for the database at `path` (beside the file a symbolic link
+    /// leads to).
+    public static func sharedMemoryPath(forDatabaseAt path: String) -> String { sqlitePath(path) + "-shm" }
+
+    /// `path` with its symbolic links resolved, as SQLite resolves a database's name before it
+    /// names the `-wal` and `-shm` (a link's own directory holds neither); `path` itself when it
+    /// cannot be resolved (no such file yet).
+    static func sqlitePath(_ path: String) -> String {
+        guard let resolved = realpath(path, nil) else { return path }
+        defer { free(resolved) }
+        // A name that is not UTF-8 cannot be a `String`: the tool reaches such a database through
+        // links of its own (``CommandLinePath``), named as it was given.
+        return String(validatingCString: resolved) ?? path
+    }
 
     /// The holders of the `-shm` lock bytes of the database at `path`, from `/proc/locks` only.
     ///
@@ -82,9 +103,12 @@ public enum SnapshotDBInspector {
             sharedMemoryPath: sharedMemoryPath(forDatabaseAt: path), method: options.lockProbe,
             access: options.fileAccess)
 
-        let committedFrames = committedFrameBound(wal: wal, walIndex: walIndex)
+        let committedFrames = committedFrameBound(
+            wal: wal, walIndex: walIndex, recovering: isRecoveredByNextOpener(locks))
         let checkpointedFrames: UInt32 =
-            walIndex.map { $0.isReliable ? min($0.backfilledFrames, committedFrames) : 0 } ?? 0
+            walIndex.map {
+                $0.isReliable && $0.saltsMatchWAL != false ? min($0.backfilledFrames, committedFrames) : 0
+            } ?? 0
 
         // Page 1 as of the newest commit: the header pragmas may still live only in the WAL.
         var header = fileHeader
@@ -219,7 +243,11 @@ public enum SnapshotDBInspector {
         let walIndex = try WALIndexReader.read(
             path: sharedMemoryPath(forDatabaseAt: path), access: options.fileAccess,
             attempts: options.walIndexReadAttempts, walHeader: pages.wal?.summary.header)
-        let bound = committedFrameBound(wal: pages.wal, walIndex: walIndex)
+        let locks = try LockProbe.probe(
+            sharedMemoryPath: sharedMemoryPath(forDatabaseAt: path), method: options.lockProbe,
+            access: options.fileAccess)
+        let bound = committedFrameBound(
+            wal: pages.wal, walIndex: walIndex, recovering: isRecoveredByNextOpener(locks))
         do throws(PageReadFailure) {
             return try HistoryTableReader.history(pages: pages, asOfFrame: bound, after: after, limit: limit)
         } catch {
@@ -264,14 +292,26 @@ public enum SnapshotDBInspector {
         return (pages, fileHeader)
     }
 
+    /// Whether no process has the database open (no holder of the dead-man-switch lock, where
+    /// locks can be listed): SQLite's next opener then ignores the `-shm`'s commit bound and
+    /// rebuilds it from the WAL's frames. A writer killed between syncing its commit frame and
+    /// updating the wal-index (or a power cut: the `-shm` is never synced) leaves a `-shm` that
+    /// lags commits the WAL holds.
+    private static func isRecoveredByNextOpener(_ locks: WALIndexLocks?) -> Bool {
+        guard let locks, !locks.sources.isEmpty else { return false }
+        return locks.connectedProcesses.isEmpty
+    }
+
     /// The last frame of the newest committed snapshot.
     ///
     /// A reliable wal-index's `mxFrame` is what a new reader would use (bounded by the valid
     /// frame chain, and 0 when its salts are not the `-wal`'s: the WAL was reset and not yet
     /// rewritten). Without one, the last commit frame of the valid chain, as recovery would find.
-    private static func committedFrameBound(wal: WALScan?, walIndex: WALIndexSummary?) -> UInt32 {
+    private static func committedFrameBound(wal: WALScan?, walIndex: WALIndexSummary?, recovering: Bool)
+        -> UInt32
+    {
         guard let wal else { return 0 }
-        guard let walIndex, walIndex.isReliable else { return wal.summary.lastCommitFrame }
+        guard !recovering, let walIndex, walIndex.isReliable else { return wal.summary.lastCommitFrame }
         guard walIndex.saltsMatchWAL == true else { return 0 }
         return wal.lastCommitFrame(atOrBefore: walIndex.header.maxFrame)
     }

@@ -52,6 +52,89 @@ struct SparseAndRawPathTests {
         }
     }
 
+    /// A `-wal` grown past 2^32 frame slots (SQLite numbers frames with 32 bits): `--frames`
+    /// lists the zero-filled slots up to the last number instead of trapping on the conversion.
+    @Test func aWALPastTwoToThe32FrameSlotsIsListedWithoutTrapping() throws {
+        // Pages of 512 bytes: 2^32 frame slots fit in a sparse file of 2.3 TB, within ext4's
+        // largest file.
+        try withFixtureDatabase(pageSize: 512) { path in
+            try Python.run(Python.commit, path, "3", "crash")
+            let walPath = path + "-wal"
+            let frameBytes: Int64 = 512 + 24
+            let size = 32 + (Int64(UInt32.max) + 10) * frameBytes
+            #expect(truncate(walPath, off_t(size)) == 0)
+            let report = try SnapshotDBInspector.inspect(
+                databaseAt: path, options: InspectionOptions(fileAccess: .transient, includesFrames: true))
+            let wal = try #require(report.wal)
+            #expect(Int64(wal.frameSlots) == Int64(UInt32.max) + 10)
+            #expect(report.zeroFilledFrameRanges?.last?.last == UInt32.max)
+            #expect(report.snapshotDB.commitCounter == 3)
+            let text = try Tool.run("inspect", "--frames", path)
+            #expect(text.status == 0, "\(text.standardError)")
+        }
+    }
+
+    /// A `-shm` that lags the WAL, as a writer killed between syncing its commit frame and
+    /// updating the wal-index leaves it (made here by putting back the `-shm` of two commits
+    /// before): with no process attached, SQLite's next opener rebuilds the index from the WAL,
+    /// so the report gives the commit the WAL holds, as `sqlite3` reads it.
+    @Test func aLaggingSharedMemoryFileOfAClosedDatabaseIsNotTrustedForTheNewestCommit() throws {
+        try withFixtureDatabase { path in
+            try Python.run(
+                """
+                import os, shutil, sqlite3, sys
+                path = sys.argv[1]
+                c = sqlite3.connect(path, isolation_level=None)
+                c.execute('PRAGMA wal_autocheckpoint=0')
+                def commit(i):
+                    c.execute('BEGIN IMMEDIATE')
+                    c.execute("INSERT OR REPLACE INTO snapshotdb_values VALUES('items', ?, ?)", (str(i), os.urandom(200)))
+                    c.execute("UPDATE snapshotdb_meta SET value = value + 1 WHERE name = 'commit'")
+                    c.execute('COMMIT')
+                for i in range(5): commit(i)
+                shutil.copyfile(path + '-shm', path + '.saved-shm')
+                for i in range(5, 7): commit(i)
+                sys.stdout.flush()
+                os._exit(0)
+                """, path)
+            #expect(rename(path + ".saved-shm", path + "-shm") == 0)
+            let report = try SnapshotDBInspector.inspect(
+                databaseAt: path, options: InspectionOptions(fileAccess: .transient))
+            // What SQLite reads, on a copy of the database and WAL (its recovery writes).
+            let copy = path + ".copy"
+            for suffix in ["", "-wal"] {
+                try FileManager.default.copyItem(atPath: path + suffix, toPath: copy + suffix)
+            }
+            let counter = try ChildProcess.run(
+                "/usr/bin/sqlite3", [copy, "SELECT value FROM snapshotdb_meta WHERE name = 'commit'"])
+            #expect(counter.standardOutput == "7\n")
+            #expect(report.snapshotDB.commitCounter == 7)
+        }
+    }
+
+    /// A database named through a symbolic link: SQLite keeps its `-wal` and `-shm` beside the
+    /// file the link leads to, and so does the inspection look for them.
+    @Test func aDatabaseNamedThroughASymbolicLinkIsInspectedWhereItsWALIs() throws {
+        try withFixtureDatabase { path in
+            try Python.run(Python.commit, path, "3", "crash")
+            let link = path + ".link"
+            #expect(symlink(path, link) == 0)
+            defer { unlink(link) }
+            let direct = try SnapshotDBInspector.inspect(
+                databaseAt: path, options: InspectionOptions(fileAccess: .transient))
+            let linked = try SnapshotDBInspector.inspect(
+                databaseAt: link, options: InspectionOptions(fileAccess: .transient))
+            #expect(direct.wal?.validFrames ?? 0 > 0)
+            #expect(linked.wal?.validFrames == direct.wal?.validFrames)
+            #expect(linked.snapshotDB.commitCounter == direct.snapshotDB.commitCounter)
+            let text = try Tool.run("inspect", link)
+            #expect(text.status == 0, "\(text.standardError)")
+            #expect(
+                text.standardOutput.contains("\(direct.wal?.validFrames ?? 0) valid frames"),
+                "\(text.standardOutput.prefix(600))")
+        }
+    }
+
     /// Frames that follow a hole are still read: a stale frame of an older generation past the
     /// hole is reported as such.
     @Test func framesAfterAHoleAreStillRead() throws {

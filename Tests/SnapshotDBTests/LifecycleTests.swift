@@ -126,6 +126,13 @@ struct LifecycleTests {
             let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path)
                 .filter { $0.contains(".backup-") }
             #expect(leftovers.isEmpty)
+            // A `-wal` left at the destination by a database deleted without it would be applied
+            // to the copy: refused, naming it, and nothing is created.
+            let orphaned = directory.appendingPathComponent("orphaned.sqlite").path
+            #expect(FileManager.default.createFile(atPath: orphaned + "-wal", contents: Data(count: 4_152)))
+            let error = expectError(.cannotOpen) { try db.backup(to: orphaned) }
+            #expect(error?.message.contains("orphaned.sqlite-wal") == true, "\(String(describing: error))")
+            #expect(!FileManager.default.fileExists(atPath: orphaned))
         }
     }
 

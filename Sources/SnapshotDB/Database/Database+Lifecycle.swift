@@ -51,8 +51,11 @@ extension Database {
             closed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         else { return }
         foreignCommitWatcher.stop()
-        // New calls are refused from here on; each queue's running call finishes first.
-        for connection in connections { connection.closeForDatabase() }
+        // New calls are refused from here on; each queue's running call finishes first. The list
+        // is read again once the flag is set: a connection made (or a call begun) since the first
+        // look is in it, and any call after the flag is refused.
+        let open = state.withLock { state in state.connections.values.compactMap { $0.current.connection } }
+        for connection in open { connection.closeForDatabase() }
         // With no reader of this process left, the WAL can be copied back and truncated; a
         // reader of another process keeps it (SQLite then leaves the files for that process).
         // Closing never waits on other processes: while one reads the WAL, a truncating
@@ -107,6 +110,9 @@ extension Database {
         guard access(target, F_OK) != 0 else {
             throw DatabaseError(.cannotOpen, "cannot back up to \(target): the file exists")
         }
+        // A `-wal` or `-journal` left there by a database deleted without it would be applied to
+        // the copy by the first SQLite that opens it.
+        try Schema.refuseOrphanedSideFiles(of: target)
         let directory = (target as NSString).deletingLastPathComponent
         let temporary =
             directory + "/." + (target as NSString).lastPathComponent + ".backup-\(UUID().uuidString)"
@@ -128,10 +134,11 @@ extension Database {
             let copy = try SQLiteHandle(path: temporary, readOnly: true)
             let commit = try copy.readCommitState().commit
             try Self.syncFile(temporary)
-            guard rename(temporary, target) == 0 else {
-                throw DatabaseError(
-                    .cannotOpen, "cannot rename the backup to \(target): \(String(cString: strerror(errno)))")
+            // Never over a file that appeared under the name during the copy (another backup).
+            guard try Schema.linkNew(temporary, as: target) else {
+                throw DatabaseError(.cannotOpen, "cannot back up to \(target): the file exists")
             }
+            unlink(temporary)
             try Self.syncFile(directory)
             return commit
         } catch {

@@ -42,32 +42,39 @@ extension Schema {
             // the -wal and -shm; the header and schema are in the main file.
         }
         try sync(temporary, what: "the new database")
-        if link(temporary, path) != 0 {
-            let linkError = errno
-            if linkError == EEXIST { return false }
-            // File systems without hard links (FAT, some network and FUSE file systems) say
-            // EPERM or ENOTSUP: `rename` then, unless a file appeared under the name meanwhile
-            // (a race that `link` closes and this check only narrows).
-            let noHardLinks = [EPERM, ENOTSUP, EOPNOTSUPP, EMLINK, ENOSYS].contains(linkError)
-            guard noHardLinks, access(path, F_OK) != 0, errno == ENOENT else {
-                if noHardLinks { return false }
-                throw DatabaseError(
-                    linkError == EACCES || linkError == EROFS ? .readOnly : .cannotOpen,
-                    "cannot create \(path): \(String(cString: strerror(linkError)))")
-            }
-            if rename(temporary, path) != 0 {
-                throw DatabaseError(.cannotOpen, "cannot create \(path): \(String(cString: strerror(errno)))")
-            }
-        }
+        guard try linkNew(temporary, as: path) else { return false }
         // The new name must survive a power cut as well as the file's contents.
         try sync(directory, what: "the directory of \(path)")
+        return true
+    }
+
+    /// Gives the complete file `temporary` the name `path` too, unless a file has that name:
+    /// returns `false` then (a `link`, which never replaces, so a file that appeared under the name
+    /// meanwhile is never overwritten). The caller syncs the directory and unlinks `temporary`.
+    static func linkNew(_ temporary: String, as path: String) throws(DatabaseError) -> Bool {
+        guard link(temporary, path) != 0 else { return true }
+        let linkError = errno
+        if linkError == EEXIST { return false }
+        // File systems without hard links (FAT, some network and FUSE file systems) say
+        // EPERM or ENOTSUP: `rename` then, unless a file appeared under the name meanwhile
+        // (a race that `link` closes and this check only narrows).
+        let noHardLinks = [EPERM, ENOTSUP, EOPNOTSUPP, EMLINK, ENOSYS].contains(linkError)
+        guard noHardLinks, access(path, F_OK) != 0, errno == ENOENT else {
+            if noHardLinks { return false }
+            throw DatabaseError(
+                linkError == EACCES || linkError == EROFS ? .readOnly : .cannotOpen,
+                "cannot create \(path): \(String(cString: strerror(linkError)))")
+        }
+        if rename(temporary, path) != 0 {
+            throw DatabaseError(.cannotOpen, "cannot create \(path): \(String(cString: strerror(errno)))")
+        }
         return true
     }
 
     /// Refuses to create a database beside a `-wal` or `-journal` with content: they belong to a
     /// database that was deleted or moved without them, and SQLite would replay (or roll back)
     /// their pages into the new file.
-    private static func refuseOrphanedSideFiles(of path: String) throws(DatabaseError) {
+    static func refuseOrphanedSideFiles(of path: String) throws(DatabaseError) {
         for suffix in ["-wal", "-journal"] where fileSize(path + suffix) > 0 {
             throw DatabaseError(
                 .cannotOpen,

@@ -218,9 +218,11 @@ struct WALScan {
     private mutating func recordZeroFilledFrames(from index: Int, count: Int) {
         summary.staleFrames += count
         summary.zeroFilledFrames += count
-        guard frames != nil else { return }
+        // SQLite numbers frames with 32 bits: slots past that (a `-wal` grown by `truncate -s`)
+        // are counted, and listed only up to the last number.
+        guard frames != nil, index < Int(UInt32.max) else { return }
         let first = UInt32(index + 1)
-        let last = UInt32(index + count)
+        let last = UInt32(clamping: index + count)
         if let previous = zeroFilledFrameRanges.last, previous.upperBound + 1 == first {
             zeroFilledFrameRanges[zeroFilledFrameRanges.count - 1] = previous.lowerBound...last
         } else {
@@ -242,6 +244,7 @@ struct WALScan {
         } else if frame.salt1 != header.salt1 || frame.salt2 != header.salt2 {
             summary.staleFramesWithOtherSalts += 1
         }
+        guard index < Int(UInt32.max) else { return }
         frames?.append(
             WALFrame(
                 index: UInt32(index + 1), offset: offset, pageNumber: frame.pageNumber,
