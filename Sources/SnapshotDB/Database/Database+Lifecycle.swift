@@ -94,7 +94,8 @@ extension Database {
     ///
     /// The copy is made with SQLite's `VACUUM INTO` in one read transaction (so it is
     /// consistent and compact), written under a temporary name in the destination's directory
-    /// with ``Configuration/fileMode``, synced, and renamed into place: a crash leaves either
+    /// with ``Configuration/fileMode``, synced, and linked into place (never over a file that
+    /// appeared under the name meanwhile): a crash leaves either
     /// no file or a whole one. The copy opens as a SnapshotDB database at the returned commit,
     /// with its commit counter. It costs a read of every page and a write of the copy; readers
     /// and writers of this database are not held back (the read transaction pins the WAL while
