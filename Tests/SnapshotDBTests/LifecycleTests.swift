@@ -196,3 +196,46 @@ extension LifecycleTests {
         }
     }
 }
+
+extension LifecycleTests {
+    /// `vacuum()` runs on a SQLite handle of its own, outside any connection: `close()` waits for
+    /// it to end (its locks must not outlive the close), and the file reopens whole.
+    @Test func closeWaitsForARunningVacuum() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("vacuum.sqlite").path
+            let db = try Database(path: path)
+            let writer = db.newConnection(name: "writer")
+            let filler = String(repeating: "x", count: 1_000)
+            for batch in 0..<20 {
+                try writer.readWrite { txn in
+                    for index in 0..<1_000 {
+                        try txn.set(
+                            Item(title: filler, count: index), forKey: "\(batch)-\(index)", inCollection: "c")
+                    }
+                }
+            }
+            try writer.readWrite { txn in
+                for batch in stride(from: 0, to: 20, by: 2) {
+                    for index in 0..<1_000 {
+                        try txn.removeValue(forKey: "\(batch)-\(index)", inCollection: "c")
+                    }
+                }
+            }
+            let ended = DispatchSemaphore(value: 0)
+            let vacuum = Thread {
+                try? db.vacuum()
+                ended.signal()
+            }
+            vacuum.start()
+            let deadline = ContinuousClock.now + .seconds(10)
+            while db.operations.count == 0, ContinuousClock.now < deadline {
+                Thread.sleep(forTimeInterval: 0.001)
+            }
+            try db.close()
+            #expect(ended.wait(timeout: .now()) == .success, "close() returned while vacuum() ran")
+            let reopened = try Database(path: path)
+            #expect(try reopened.newConnection().read { try $0.count(inCollection: "c") } == 10_000)
+            #expect(try isIntact(path))
+        }
+    }
+}

@@ -19,6 +19,14 @@ extension Database {
         throw DatabaseError(.databaseClosed, "the database \(path) was closed")
     }
 
+    /// Counts an operation that runs on a SQLite handle of its own (`vacuum()`, `backup(to:)`),
+    /// which ``close()`` waits for; throws `databaseClosed` once the close began.
+    func enterOperation() throws(DatabaseError) {
+        guard operations.enter() else {
+            throw DatabaseError(.databaseClosed, "the database \(path) was closed")
+        }
+    }
+
     /// Closes the database: refuses new transactions, waits for the running ones, ends every
     /// bookmark, checkpoints and truncates the WAL when nothing outside this process reads or
     /// writes it (waiting a few milliseconds at most: closing never holds another process's
@@ -50,6 +58,9 @@ extension Database {
         guard
             closed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         else { return }
+        // A `vacuum()` or `backup(to:)` running on a handle of its own ends first: its handle's
+        // locks must not outlive the close (a reopen in this process would drop them).
+        operations.closeAndWait()
         foreignCommitWatcher.stop()
         // New calls are refused from here on; each queue's running call finishes first. The list
         // is read again once the flag is set: a connection made (or a call begun) since the first
@@ -126,6 +137,8 @@ extension Database {
         fchmod(descriptor, mode_t(configuration.fileMode))
         closeDescriptor(descriptor)
         do throws(DatabaseError) {
+            try enterOperation()
+            defer { operations.leave() }
             let source = try SQLiteHandle(path: replica?.name ?? path, readOnly: true, vfs: replica?.vfs)
             let statement = try SQLiteStatement(handle: source, sql: "VACUUM INTO ?1", persistent: false)
             // A replica's VFS would write the copy too: a URI names the local file and VFS.
@@ -165,6 +178,8 @@ extension Database {
                 .misuse, "vacuum() was called inside a read-write transaction of this database")
         }
         try checkWritable("vacuum()")
+        try enterOperation()
+        defer { operations.leave() }
         let handle = try openHandle()
         handle.recordCommitFrames()
         writer.lock.lock()
@@ -197,4 +212,44 @@ private func closeDescriptor(_ descriptor: Int32) {
     #elseif canImport(Darwin)
         _ = Darwin.close(descriptor)
     #endif
+}
+
+/// The operations of a database that run on SQLite handles of their own (``Database/vacuum()``,
+/// ``Database/backup(to:)``): ``Database/close()`` refuses new ones and waits for the running
+/// ones. An `NSCondition` (a pthread mutex and condition), which the thread sanitizer sees.
+final class InFlightOperations: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var running = 0
+    private var closing = false
+
+    /// Counts one more running operation; `false` once the close began.
+    func enter() -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !closing else { return false }
+        running += 1
+        return true
+    }
+
+    func leave() {
+        condition.lock()
+        defer { condition.unlock() }
+        running -= 1
+        if running == 0 { condition.broadcast() }
+    }
+
+    /// How many run now (for tests).
+    var count: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return running
+    }
+
+    /// Refuses new operations and waits until the running ones ended.
+    func closeAndWait() {
+        condition.lock()
+        defer { condition.unlock() }
+        closing = true
+        while running > 0 { condition.wait() }
+    }
 }

@@ -70,6 +70,8 @@ public final class Database: Sendable {
     let closed = Atomic<Bool>(false)
     /// What extension writers keep from one write transaction to the next.
     let extensionCaches = ExtensionCaches()
+    /// `vacuum()` and `backup(to:)` while they run, which `close()` waits for.
+    let operations = InFlightOperations()
     /// Publishes commits of other processes as they happen, once anything subscribed.
     let foreignCommitWatcher: ForeignCommitWatcher
     /// The file's extension catalog as last read, for the writer's upkeep check.
