@@ -35,7 +35,9 @@ public struct InspectionError: Error, Sendable, Equatable, CustomStringConvertib
         public static let notAWriteAheadLog = Code("notAWriteAheadLog")
         /// The `-wal` file is shorter than its 32-byte header.
         public static let truncatedWriteAheadLog = Code("truncatedWriteAheadLog")
-        /// The `-shm` file is shorter than the wal-index header SQLite keeps at its start.
+        /// The `-shm` file is shorter than the wal-index header SQLite keeps at its start. No longer
+        /// thrown: such a file (SQLite leaves 3 bytes while its first connection opens) is read as
+        /// no wal-index, which SQLite rebuilds from the WAL.
         public static let truncatedSharedMemory = Code("truncatedSharedMemory")
         /// A header announces a format version or page size this library does not know.
         public static let unsupportedFormat = Code("unsupportedFormat")

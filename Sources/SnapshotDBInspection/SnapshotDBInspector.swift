@@ -274,11 +274,14 @@ public enum SnapshotDBInspector {
         let pageSize: Int
         if let fileHeader {
             pageSize = fileHeader.pageSize
-            guard databaseSize % Int64(pageSize) == 0 else {
+            // A file cut inside a page the header counts is truncated; bytes past the pages the
+            // header counts (a partial page appended) are ignored, as SQLite ignores them.
+            let wholePages = databaseSize / Int64(pageSize)
+            guard databaseSize % Int64(pageSize) == 0 || Int64(fileHeader.pageCount) <= wholePages else {
                 throw InspectionError(
                     code: .truncatedDatabase, path: path,
                     message: "truncated database: \(databaseSize) bytes is not a whole number of "
-                        + "\(pageSize)-byte pages")
+                        + "\(pageSize)-byte pages, and the header counts \(fileHeader.pageCount)")
             }
         } else if let wal, wal.pageSize > 0, wal.latestFrame(holding: 1, atOrBefore: UInt32.max) != nil {
             pageSize = wal.pageSize  // a new database whose page 1 is still only in the WAL

@@ -121,7 +121,11 @@ struct ReportRenderer {
 
     private func walIndexLine(into lines: inout [String]) {
         guard let index = report.walIndex else {
-            lines.append(line("wal-index", "none (no -shm file, or empty: no process has the database open)"))
+            lines.append(
+                line(
+                    "wal-index",
+                    "none (no -shm file, or shorter than its header: no process has the database open, "
+                        + "or one is opening it)"))
             return
         }
         let marks = index.readMarks.map { $0.map { String($0) } ?? "-" }.joined(separator: ", ")

@@ -96,10 +96,6 @@ struct ReadOnlyTests {
             try Python.run(Python.commit, path, "1", "crash")
             try truncate(path + "-wal", to: 20)
         },
-        Damage(name: "truncated -shm", expectedMessage: "truncated shared-memory file") { path in
-            try Python.run(Python.commit, path, "2", "crash")
-            try truncate(path + "-shm", to: 100)
-        },
         Damage(name: "directory", expectedMessage: "not a regular file") { path in
             try FileManager.default.removeItem(atPath: path)
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)

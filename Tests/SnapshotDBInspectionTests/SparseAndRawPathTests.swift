@@ -112,6 +112,41 @@ struct SparseAndRawPathTests {
         }
     }
 
+    /// A `-shm` of 3 bytes, as SQLite truncates it when the first connection opens the database
+    /// (and leaves it when that opener dies there): no wal-index to read, not an error; the
+    /// newest commit comes from the WAL, as SQLite's next opener rebuilds it.
+    @Test func aSharedMemoryFileShorterThanItsHeaderIsNoWALIndex() throws {
+        try withFixtureDatabase { path in
+            try Python.run(Python.commit, path, "3", "crash")
+            #expect(truncate(path + "-shm", 3) == 0)
+            let report = try SnapshotDBInspector.inspect(
+                databaseAt: path, options: InspectionOptions(fileAccess: .transient))
+            #expect(report.walIndex == nil)
+            #expect(report.snapshotDB.commitCounter == 3)
+            let text = try Tool.run("inspect", path)
+            #expect(text.status == 0, "\(text.standardError)")
+            #expect(text.standardOutput.contains("shorter than its header"), "\(text.standardOutput)")
+        }
+    }
+
+    /// Bytes past the last whole page of the database file, which SQLite ignores (it counts
+    /// whole pages; `integrity_check` passes): inspected as SQLite reads the file.
+    @Test func bytesPastTheLastWholePageAreIgnoredAsSQLiteIgnoresThem() throws {
+        try withFixtureDatabase { path in
+            try Python.run(Python.commit, path, "3", "close")
+            let handle = try #require(FileHandle(forWritingAtPath: path))
+            try handle.seekToEnd()
+            try handle.write(contentsOf: Data("abc".utf8))
+            try handle.close()
+            let check = try ChildProcess.run("/usr/bin/sqlite3", [path, "PRAGMA integrity_check"])
+            #expect(check.standardOutput == "ok\n")
+            let report = try SnapshotDBInspector.inspect(
+                databaseAt: path, options: InspectionOptions(fileAccess: .transient))
+            #expect(report.snapshotDB.commitCounter == 3)
+            #expect(try Tool.run("inspect", path).status == 0)
+        }
+    }
+
     /// A database named through a symbolic link: SQLite keeps its `-wal` and `-shm` beside the
     /// file the link leads to, and so does the inspection look for them.
     @Test func aDatabaseNamedThroughASymbolicLinkIsInspectedWhereItsWALIs() throws {

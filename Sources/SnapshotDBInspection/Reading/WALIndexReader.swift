@@ -16,31 +16,28 @@ enum WALIndexReader {
     /// The bytes read: both header copies and `WalCkptInfo` up to `nBackfillAttempted`.
     static let requiredSize = 136
 
-    /// The wal-index of `path`; `nil` when the `-shm` does not exist or is empty (0 bytes).
+    /// The wal-index of `path`; `nil` when the `-shm` does not exist or is shorter than the
+    /// wal-index header: empty, or the 3 bytes SQLite truncates it to when the first connection
+    /// opens the database (before it maps the index; a file left so by an opener that died there
+    /// too). SQLite rebuilds the index from the WAL then, and so does the report.
     ///
     /// Without a lock the two header copies can be caught while a writer changes them; the read
     /// is retried up to `attempts` times, and the last read is returned with `copiesAgree` false
     /// when they never agreed.
-    ///
-    /// - Throws: ``InspectionError`` `truncatedSharedMemory` for a file of 1 to 135 bytes.
     static func read(
         path: String, access: FileAccess, attempts: Int, walHeader: WALHeader?
     ) throws(InspectionError) -> WALIndexSummary? {
         guard let file = try InspectedFile.openReadOnly(path, access: access) else { return nil }
         let size = try file.size()
-        guard size > 0 else { return nil }
+        guard size >= requiredSize else { return nil }
         var bytes: [UInt8] = []
         var attempt = 0
         var copiesAgree = false
         while attempt < max(1, attempts) {
             attempt += 1
             bytes = try file.read(at: 0, count: requiredSize)
-            guard bytes.count == requiredSize else {
-                throw InspectionError(
-                    code: .truncatedSharedMemory, path: path,
-                    message: "truncated shared-memory file: \(bytes.count) bytes, shorter than the "
-                        + "\(requiredSize)-byte wal-index header")
-            }
+            // Truncated since its size was read: an opener reset it.
+            guard bytes.count == requiredSize else { return nil }
             copiesAgree = bytes[0..<headerCopySize] == bytes[headerCopySize..<(2 * headerCopySize)]
             if copiesAgree { break }
             sched_yield()
