@@ -32,7 +32,9 @@ extension ReadTransaction {
 }
 
 extension ReadWriteTransaction {
-    /// Stores `value` and its `metadata` (replacing both) under `key` in `collection`.
+    /// Stores `value` and its `metadata` (replacing both) under `key` in `collection`. A `nil`
+    /// of type `M?` stores the value with no metadata; a bare `nil` literal cannot name `M`: call
+    /// ``set(_:forKey:inCollection:)`` and ``removeMetadata(forKey:inCollection:)`` instead.
     ///
     /// - Throws: `encodingFailed` when the codec refuses either, and what
     ///   ``set(_:forKey:inCollection:)`` throws.
