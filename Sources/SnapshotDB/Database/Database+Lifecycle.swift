@@ -198,7 +198,7 @@ extension Database {
         }
         defer { closeDescriptor(descriptor) }
         guard fsync(descriptor) == 0 else {
-            let code: DatabaseError.Code = errno == ENOSPC ? .diskFull : .sqlite
+            let code: DatabaseError.Code = errno == ENOSPC ? .diskFull : .ioError
             throw DatabaseError(code, "cannot sync \(path): \(String(cString: strerror(errno)))")
         }
     }
