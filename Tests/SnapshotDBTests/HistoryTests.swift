@@ -477,6 +477,34 @@ extension HistoryTests {
         }
     }
 
+    /// Where inotify cannot watch the `-wal`, the watcher polls the WAL-index header (every 50 ms)
+    /// for as long as it runs: past the re-checks an event would have started, it still looks,
+    /// and publishes another process's commit.
+    @Test func whereInotifyCannotWatchTheWatcherPollsAndPublishes() async throws {
+        try await withTemporaryDatabase { db in
+            try await db.newConnection().readWrite { try $0.set(1, forKey: "k", inCollection: "c") }
+            db.foreignCommitWatcher.withoutNotifications.store(true, ordering: .relaxed)
+            let stream = db.changes()
+            // More looks than a first look and its re-checks make: it polls.
+            let deadline = ContinuousClock.now + .seconds(20)
+            while db.foreignCommitWatcher.checks.load(ordering: .relaxed) < ForeignCommitWatcher.settleDelays
+                .count + 20,
+                ContinuousClock.now < deadline
+            {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(
+                db.foreignCommitWatcher.checks.load(ordering: .relaxed)
+                    >= ForeignCommitWatcher.settleDelays.count + 20, "the watcher stopped looking")
+            let start = db.latestCommit
+            let child = try runChildTest(
+                "childCommitsAndReportsItsPosition", environmentKey: Self.positionChildKey, path: db.path)
+            #expect(child.terminationStatus == 0, "\(child.output)")
+            let received = await Self.collect(1, from: stream)
+            #expect(received.map(\.commit) == [start + 1])
+        }
+    }
+
     /// A foreign writer whose frames are in the WAL and whose commit is not: past the re-checks
     /// of its event, the watcher keeps looking while that process holds the WAL's write lock
     /// (the end of a slow commit's sync makes no event), and publishes the commit.

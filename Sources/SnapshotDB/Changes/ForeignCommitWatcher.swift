@@ -61,6 +61,8 @@ final class ForeignCommitWatcher: Sendable {
     #if DEBUG
         /// Runs on the watcher thread before it adds its watch (tests hold it there).
         let beforeWatching = Mutex<(@Sendable () -> Void)?>(nil)
+        /// Makes the watcher poll as where inotify cannot watch (tests of that path).
+        let withoutNotifications = Atomic<Bool>(false)
     #endif
 
     private struct State {
@@ -136,10 +138,12 @@ final class ForeignCommitWatcher: Sendable {
 
     private func watch(stopFD: Int32, database: WeakDatabase) {
         let isReplica = database.database?.replica != nil
+        var watched: String? = isReplica ? nil : path + "-wal"
         #if DEBUG
             beforeWatching.withLock { $0 }?()
+            if withoutNotifications.load(ordering: .relaxed) { watched = nil }
         #endif
-        var watcher = Watch(walPath: isReplica ? nil : path + "-wal")
+        var watcher = Watch(walPath: watched)
         defer { watcher.end() }
         var handle: SQLiteHandle?
         var lastHeader: WALIndexHeader?
