@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 
+import struct Synchronization.Mutex
+
 @testable import SnapshotDB
 
 /// Observing a key or a collection, `touch`, and the async advance.
@@ -117,6 +119,59 @@ struct ReadmeFormTests {
             #expect(try Self.synchronousForms(ui, writer) == [])
             let changes = try await Self.asynchronousForms(ui, writer)
             #expect(changes.map(\.commit) == [2])
+        }
+    }
+}
+
+extension ObservationTests {
+    /// Elements a stream yielded so far, collected by a task of its own.
+    final class Collected<Element: Sendable>: Sendable {
+        let elements = Mutex<[Element]>([])
+        var count: Int { elements.withLock { $0.count } }
+
+        /// Waits (at most 20 s) until `count` elements arrived; returns them.
+        func waitFor(_ count: Int) async throws -> [Element] {
+            let deadline = ContinuousClock.now + .seconds(20)
+            while self.count < count, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            return elements.withLock { $0 }
+        }
+    }
+
+    /// A collection's contents that another commit spells with the same bytes once key and value
+    /// are run together (`"a1" 0 "5" "a2" 0 "6"` both times): the observer still sees the change.
+    @Test func aCollectionWhoseBytesRunTogetherAlikeIsStillSeenToChange() async throws {
+        try await withTemporaryDatabase { db in
+            let writer = db.newConnection(name: "writer")
+            try await writer.readWrite { txn in
+                try txn.set(5, forKey: "a1", inCollection: "c")
+                try txn.set(6, forKey: "a2", inCollection: "c")
+            }
+            let collected = Collected<[String: Int]>()
+            let stream = db.observe(collection: "c", as: Int.self)
+            let task = Task {
+                for try await contents in stream { collected.elements.withLock { $0.append(contents) } }
+            }
+            defer { task.cancel() }
+            // The current contents first (the observer subscribed before reading them).
+            #expect(try await collected.waitFor(1) == [["a1": 5, "a2": 6]])
+            try await writer.readWrite { txn in
+                try txn.removeAll(inCollection: "c")
+                try txn.set(6, forKey: "a1\u{0}5a2", inCollection: "c")
+            }
+            #expect(try await collected.waitFor(2).dropFirst().first == ["a1\u{0}5a2": 6])
+        }
+    }
+
+    /// A `changes()` stream asked for after `close()` has ended, as does an observer's.
+    @Test func changesAfterCloseEndAtOnce() async throws {
+        try await withTemporaryDatabase { db in
+            try db.close()
+            var commits = db.changes().makeAsyncIterator()
+            #expect(await commits.next() == nil)
+            var values = db.observe(forKey: "k", inCollection: "c", as: Int.self).makeAsyncIterator()
+            #expect(try await values.next() == nil)
         }
     }
 }

@@ -40,6 +40,8 @@ final class CommitLog: Sendable {
         /// ``Database/isAnotherHistory(_:published:)``).
         var latestToken: (commit: UInt64, token: UInt64)?
         var subscribers = Subscribers<Changeset>(finishesOverflowingStreams: true)
+        /// Set when the database closed (``unsubscribeAll()``): no subscriber is taken after.
+        var closedToSubscribers = false
     }
 
     private let state: Mutex<State>
@@ -283,8 +285,9 @@ final class CommitLog: Sendable {
     // MARK: Subscribers
 
     /// Adds a subscriber; it hears of every commit published after this call.
-    func subscribe(_ subscriber: Subscribers<Changeset>.Subscriber) -> Int {
-        state.withLock { $0.subscribers.add(subscriber) }
+    /// Adds `subscriber`; `nil` once the database closed (its streams were finished already).
+    func subscribe(_ subscriber: Subscribers<Changeset>.Subscriber) -> Int? {
+        state.withLock { $0.closedToSubscribers ? nil : $0.subscribers.add(subscriber) }
     }
 
     /// Removes the subscriber `id`, and returns it.
@@ -294,6 +297,9 @@ final class CommitLog: Sendable {
 
     /// Removes every subscriber and returns their streams, to finish once no lock is held.
     func unsubscribeAll() -> [AsyncStream<Changeset>.Continuation] {
-        state.withLock { $0.subscribers.removeAll() }
+        state.withLock { state in
+            state.closedToSubscribers = true
+            return state.subscribers.removeAll()
+        }
     }
 }

@@ -28,7 +28,11 @@ extension Database {
     public func changes() -> AsyncStream<Changeset> {
         let (stream, continuation) = AsyncStream<Changeset>.makeStream(
             bufferingPolicy: .bufferingOldest(max(1, configuration.changesBufferLimit)))
-        let id = commitLog.subscribe(.stream(continuation))
+        // A database closed (now, or while this subscribes) gives a stream that has ended.
+        guard !isClosed, let id = commitLog.subscribe(.stream(continuation)) else {
+            continuation.finish()
+            return stream
+        }
         foreignCommitWatcher.start(for: self)
         let database = WeakDatabase(self)
         continuation.onTermination = { _ in
@@ -44,7 +48,10 @@ extension Database {
     public func addObserver(
         on queue: DispatchQueue = .main, _ body: @escaping @Sendable (Changeset) -> Void
     ) -> ChangeObserver {
-        let id = commitLog.subscribe(.observer(queue, body))
+        // After close(), an observer that is never called.
+        guard !isClosed, let id = commitLog.subscribe(.observer(queue, body)) else {
+            return ChangeObserver(database: WeakDatabase(nil), id: -1)
+        }
         foreignCommitWatcher.start(for: self)
         return ChangeObserver(database: WeakDatabase(self), id: id)
     }

@@ -6,9 +6,11 @@ extension Database {
     /// Yields the current value first (`nil` when there is none), then the new value after each
     /// commit that changed it, commits made outside this database included; a commit that
     /// rewrote the same bytes yields nothing. Built on ``changes()`` (subscribed before the first
-    /// read, so no commit falls in between) and a connection of its own. The sequence ends when
-    /// the task iterating it is cancelled or the database is closed or released, and throws when
-    /// a read fails (`decodingFailed` for a stored value that is not a `T`).
+    /// read, so no commit falls in between) and a connection of its own, which keeps the database
+    /// open as any connection does. The sequence ends when the task iterating it is cancelled or
+    /// the database is closed, and throws when a read fails (`decodingFailed` for a stored value
+    /// that is not a `T`). A commit that only touched the key (``ReadWriteTransaction/touch(forKey:inCollection:)``)
+    /// left its bytes as they were, and yields nothing here.
     ///
     /// ```swift
     /// for try await settings in db.observe(forKey: "main", inCollection: "settings", as: Settings.self) {
@@ -43,10 +45,15 @@ extension Database {
                 var values: [String: T] = [:]
                 try txn.enumerate(inCollection: collection, as: T.self) { key, value, _ in values[key] = value
                 }
+                // Each key and value with its length first: concatenated bare, a key holding NUL
+                // and the value bytes around it could spell another collection's bytes.
+                func appendField<Bytes: Collection<UInt8>>(_ field: Bytes) {
+                    withUnsafeBytes(of: UInt64(field.count).littleEndian) { bytes.append(contentsOf: $0) }
+                    bytes.append(contentsOf: field)
+                }
                 for key in try txn.keys(inCollection: collection) {
-                    bytes.append(contentsOf: key.utf8)
-                    bytes.append(0)
-                    bytes.append(try txn.data(forKey: key, inCollection: collection) ?? Data())
+                    appendField(key.utf8)
+                    appendField(try txn.data(forKey: key, inCollection: collection) ?? Data())
                 }
                 return (bytes, values)
             })

@@ -340,5 +340,5 @@ public final class Database: Sendable {
 /// A weak reference that can cross threads.
 struct WeakDatabase: Sendable {
     weak var database: Database?
-    init(_ database: Database) { self.database = database }
+    init(_ database: Database?) { self.database = database }
 }

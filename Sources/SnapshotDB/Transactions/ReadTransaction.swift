@@ -100,7 +100,9 @@ public class ReadTransaction {
     /// Whether one decoded `T` may be handed to every reader of the same commit: not for a
     /// class, whose instances a caller can change in place (a form editing the object it was
     /// given must not change what the next read of that commit returns). Classes are decoded
-    /// again from the cached bytes on every read.
+    /// again from the cached bytes on every read. Class instances inside a value type (a struct's
+    /// class property, an array of class instances) are shared, as the README says: Swift gives
+    /// no cheap way to tell, and YapDatabase's object cache shares objects the same way.
     static func mayShare<T>(_ type: T.Type) -> Bool { !(type is AnyObject.Type) }
 
     /// The raw bytes stored under `key` in `collection`, or `nil` when there is none.

@@ -222,7 +222,8 @@ public final class ReadWriteTransaction: ReadTransaction {
     }
 
     /// Reports `key` in `collection` as changed in this commit's changeset without rewriting its
-    /// value (YapDatabase's `touch`): connections and observers that watch it reload it, and views
+    /// value (YapDatabase's `touch`): connections and `changes()` subscribers see it changed
+    /// (``Database/observe(forKey:inCollection:as:)`` yields only when the bytes differ), and views
     /// report its row as updated. Does nothing when there is no value under the key.
     public func touch(forKey key: String, inCollection collection: String) throws(DatabaseError) {
         try checkActive()
