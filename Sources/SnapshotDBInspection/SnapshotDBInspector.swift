@@ -96,15 +96,8 @@ public enum SnapshotDBInspector {
         let wal = pages.wal
         let pageSize = pages.pageSize
 
-        let walIndex = try WALIndexReader.read(
-            path: sharedMemoryPath(forDatabaseAt: path), access: options.fileAccess,
-            attempts: options.walIndexReadAttempts, walHeader: wal?.summary.header)
-        let locks = try LockProbe.probe(
-            sharedMemoryPath: sharedMemoryPath(forDatabaseAt: path), method: options.lockProbe,
-            access: options.fileAccess)
-
-        let committedFrames = committedFrameBound(
-            wal: wal, walIndex: walIndex, recovering: isRecoveredByNextOpener(locks))
+        let (walIndex, locks, committedFrames) = try newestCommit(
+            of: pages, databaseAt: path, options: options)
         let checkpointedFrames: UInt32 =
             walIndex.map {
                 $0.isReliable && $0.saltsMatchWAL != false ? min($0.backfilledFrames, committedFrames) : 0
@@ -240,14 +233,7 @@ public enum SnapshotDBInspector {
         options: InspectionOptions = .inProcess
     ) throws(InspectionError) -> HistoryListing {
         let (pages, _) = try openPages(databaseAt: path, options: options)
-        let walIndex = try WALIndexReader.read(
-            path: sharedMemoryPath(forDatabaseAt: path), access: options.fileAccess,
-            attempts: options.walIndexReadAttempts, walHeader: pages.wal?.summary.header)
-        let locks = try LockProbe.probe(
-            sharedMemoryPath: sharedMemoryPath(forDatabaseAt: path), method: options.lockProbe,
-            access: options.fileAccess)
-        let bound = committedFrameBound(
-            wal: pages.wal, walIndex: walIndex, recovering: isRecoveredByNextOpener(locks))
+        let bound = try newestCommit(of: pages, databaseAt: path, options: options).committedFrames
         do throws(PageReadFailure) {
             return try HistoryTableReader.history(pages: pages, asOfFrame: bound, after: after, limit: limit)
         } catch {
@@ -293,6 +279,23 @@ public enum SnapshotDBInspector {
         let pages = PageSource(
             databaseFile: databaseFile, databaseSize: databaseSize, pageSize: pageSize, wal: wal)
         return (pages, fileHeader)
+    }
+
+    /// The wal-index and lock holders of the database at `path`, and the last frame of its newest
+    /// committed snapshot as SQLite's next reader would take it.
+    private static func newestCommit(
+        of pages: PageSource, databaseAt path: String, options: InspectionOptions
+    ) throws(InspectionError) -> (walIndex: WALIndexSummary?, locks: WALIndexLocks?, committedFrames: UInt32)
+    {
+        let sharedMemory = sharedMemoryPath(forDatabaseAt: path)
+        let walIndex = try WALIndexReader.read(
+            path: sharedMemory, access: options.fileAccess, attempts: options.walIndexReadAttempts,
+            walHeader: pages.wal?.summary.header)
+        let locks = try LockProbe.probe(
+            sharedMemoryPath: sharedMemory, method: options.lockProbe, access: options.fileAccess)
+        let committedFrames = committedFrameBound(
+            wal: pages.wal, walIndex: walIndex, recovering: isRecoveredByNextOpener(locks))
+        return (walIndex, locks, committedFrames)
     }
 
     /// Whether no process has the database open (no holder of the dead-man-switch lock, where

@@ -3,6 +3,8 @@ import Logging
 import SnapshotDBTestSupport
 import Testing
 
+import struct Synchronization.Mutex
+
 @testable import SnapshotDB
 
 /// Closing a database, backing it up while writers go on, and vacuuming it.
@@ -222,17 +224,20 @@ extension LifecycleTests {
                 }
             }
             let ended = DispatchSemaphore(value: 0)
+            let failure = Mutex<DatabaseError?>(nil)
             let vacuum = Thread {
-                try? db.vacuum()
+                do throws(DatabaseError) {
+                    try db.vacuum()
+                } catch {
+                    failure.withLock { $0 = error }
+                }
                 ended.signal()
             }
             vacuum.start()
-            let deadline = ContinuousClock.now + .seconds(10)
-            while db.operations.count == 0, ContinuousClock.now < deadline {
-                Thread.sleep(forTimeInterval: 0.001)
-            }
+            db.operations.waitForBegun(1)
             try db.close()
             #expect(ended.wait(timeout: .now()) == .success, "close() returned while vacuum() ran")
+            #expect(failure.withLock { $0 } == nil)
             let reopened = try Database(path: path)
             #expect(try reopened.newConnection().read { try $0.count(inCollection: "c") } == 10_000)
             #expect(try isIntact(path))

@@ -190,3 +190,36 @@ extension SearchResultsViewTests {
         }
     }
 }
+
+extension SearchResultsViewTests {
+    /// A foreign value the full-text index cannot decode (in a collection only the index reads)
+    /// leaves the index stale after the seal, and the search-results view that reads it stale
+    /// with it: rebuilt alone, the view would follow the index's rows from before the foreign
+    /// writes.
+    @Test func aViewReadingAnIndexLeftStaleBySealingIsLeftStaleWithIt() throws {
+        try withTemporaryDatabase { db throws in
+            let wide = FullTextSearch<Article>(
+                name: "wideText", version: "1", collections: ["articles", "extra"],
+                columns: ["title", "body"],
+                extract: { _, _, article in ["title": article.title, "body": article.body] })
+            let found = SearchResultsView(
+                name: "wideFound", parent: Self.byTitle, search: wide, version: "1", query: "swift")
+            try db.register([wide, found])
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite {
+                try $0.set(Article(title: "one", body: "swift"), forKey: "a1", inCollection: "articles")
+            }
+            try sqlite3(
+                db.path,
+                """
+                INSERT INTO snapshotdb_values(collection, key, data) VALUES ('extra', 'bad', x'7B7D');
+                INSERT INTO snapshotdb_values(collection, key, data)
+                    VALUES ('articles', 'a2', '{"title":"two","body":"swift"}');
+                """)
+            try writer.readWrite { try $0.set(1, forKey: "k", inCollection: "other") }
+            let reader = db.newConnection(name: "reader")
+            expectError(.extensionStale) { try reader.read { try $0.search(named: "wideText") } }
+            expectError(.extensionStale) { try reader.read { try $0.view(named: "wideFound") } }
+        }
+    }
+}

@@ -284,8 +284,8 @@ final class CommitLog: Sendable {
 
     // MARK: Subscribers
 
-    /// Adds a subscriber; it hears of every commit published after this call.
-    /// Adds `subscriber`; `nil` once the database closed (its streams were finished already).
+    /// Adds `subscriber`, which hears of every commit published after this call; `nil` once the
+    /// database closed (its streams were finished already).
     func subscribe(_ subscriber: Subscribers<Changeset>.Subscriber) -> Int? {
         state.withLock { $0.closedToSubscribers ? nil : $0.subscribers.add(subscriber) }
     }

@@ -220,6 +220,8 @@ private func closeDescriptor(_ descriptor: Int32) {
 final class InFlightOperations: @unchecked Sendable {
     private let condition = NSCondition()
     private var running = 0
+    /// How many ever began (for tests, see ``waitForBegun(_:)``).
+    private var begun = 0
     private var closing = false
 
     /// Counts one more running operation; `false` once the close began.
@@ -228,6 +230,8 @@ final class InFlightOperations: @unchecked Sendable {
         defer { condition.unlock() }
         guard !closing else { return false }
         running += 1
+        begun += 1
+        condition.broadcast()
         return true
     }
 
@@ -238,11 +242,11 @@ final class InFlightOperations: @unchecked Sendable {
         if running == 0 { condition.broadcast() }
     }
 
-    /// How many run now (for tests).
-    var count: Int {
+    /// Waits until `count` operations began, running or not (for tests).
+    func waitForBegun(_ count: Int) {
         condition.lock()
         defer { condition.unlock() }
-        return running
+        while begun < count { condition.wait() }
     }
 
     /// Refuses new operations and waits until the running ones ended.

@@ -211,9 +211,17 @@ final class Writer: Sendable {
             guard error.code == .decodingFailed else { throw error }
             try handle.execute("ROLLBACK TO snapshotdb_seal_rebuild")
         }
-        let names = database.extensionDefinitions().map(\.name).filter { !excluded.contains($0) }
+        let definitions = database.extensionDefinitions().filter { !excluded.contains($0.name) }
+        let names = definitions.map(\.name)
         var undecodable: [String] = []
-        for name in names {
+        // Dependencies first (``Database/extensionDefinitions()``): an extension that reads one
+        // left stale (a search-results view its full-text index) is left stale with it.
+        for definition in definitions {
+            let name = definition.name
+            if definition.dependencies.contains(where: undecodable.contains) {
+                undecodable.append(name)
+                continue
+            }
             try handle.execute("SAVEPOINT snapshotdb_seal_rebuild_one")
             do {
                 try ExtensionWriters.rebuildAll(
