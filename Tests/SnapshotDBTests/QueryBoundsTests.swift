@@ -179,6 +179,24 @@ struct QueryBoundsTests {
         }
     }
 
+    @Test func aNegativeTimeLimitIsMisuseAndTheBodyNeverRuns() async throws {
+        try await withTemporaryDatabase { db async throws in
+            let ui = db.newConnection(name: "ui")
+            var ran = false
+            let error = expectError(.misuse) { try ui.read(timeLimit: .milliseconds(-1)) { _ in ran = true } }
+            #expect(error?.message.contains("zero or more") == true, "\(String(describing: error))")
+            #expect(!ran)
+            do {
+                _ = try await ui.read(timeLimit: .seconds(-3)) { _ in Issue.record("the body ran") }
+                Issue.record("a negative limit was accepted")
+            } catch let error as DatabaseError {
+                #expect(error.code == .misuse, "\(error)")
+            }
+            // Zero is a limit, not misuse: the connection reads on.
+            #expect(try await ui.read(timeLimit: .zero) { $0.commit } == db.latestCommit)
+        }
+    }
+
     @Test func cancellingAnAsyncReadStopsSQLiteMidStatement() async throws {
         try await withTemporaryDirectory { directory in
             let db = try Database(path: directory.appendingPathComponent("cancel.sqlite").path)

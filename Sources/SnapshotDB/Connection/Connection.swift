@@ -142,8 +142,12 @@ public final class Connection: Sendable {
     /// ``read(_:)`` with its own time limit in place of ``Configuration/readTimeLimit``: SQLite's
     /// work inside `body` past `timeLimit` is stopped with ``DatabaseError/Code/interrupted``
     /// (see ``Configuration/readTimeLimit``); `nil` for no limit.
+    ///
+    /// - Throws: `misuse` for a negative `timeLimit` (`body` does not run), and what
+    ///   ``read(_:)`` throws.
     public func read<T>(timeLimit: Duration?, _ body: (ReadTransaction) throws -> T) throws -> T {
-        try serialized { try $0.read(interruption: .make(limit: timeLimit, cancellation: nil), body) }
+        try ReadInterruption.check(timeLimit)
+        return try serialized { try $0.read(interruption: .make(limit: timeLimit, cancellation: nil), body) }
     }
 
     /// Runs `body` in a read-write transaction: it commits when `body` returns and rolls back
@@ -182,7 +186,8 @@ public final class Connection: Sendable {
     public func read<T: Sendable>(
         timeLimit: Duration?, _ body: @escaping @Sendable (ReadTransaction) throws -> T
     ) async throws -> T {
-        try await read(limit: timeLimit, useConfiguration: false, body)
+        try ReadInterruption.check(timeLimit)
+        return try await read(limit: timeLimit, useConfiguration: false, body)
     }
 
     private func read<T: Sendable>(

@@ -30,6 +30,14 @@ final class ReadInterruption: Sendable {
     private let firedReason = Atomic<Int>(Reason.none.rawValue)
 
     /// `nil` when there is nothing to check: no limit and no task to cancel.
+    /// Refuses a negative per-read limit, as the open refuses a negative
+    /// ``Configuration/readTimeLimit``: a limit already past would stop the read before its
+    /// first statement, which is never what the caller meant.
+    static func check(_ limit: Duration?) throws(DatabaseError) {
+        guard let limit, limit < .zero else { return }
+        throw DatabaseError(.misuse, "read(timeLimit:) got \(limit); a time limit must be zero or more")
+    }
+
     static func make(limit: Duration?, cancellation: TaskCancellation?) -> ReadInterruption? {
         guard limit != nil || cancellation != nil else { return nil }
         return ReadInterruption(limit: limit, cancellation: cancellation)
