@@ -216,7 +216,7 @@ extension ExtensionTablesTests {
     /// A view registered again under the same version but over more collections is rebuilt: the
     /// values already in the new collection were never fed to it.
     @Test func aViewWhoseCollectionsChangedUnderTheSameVersionIsRebuilt() throws {
-        func byTitle(_ collections: Set<String>) -> View<Note> {
+        func byTitle(_ collections: Set<String>?) -> View<Note> {
             View<Note>(
                 name: "byTitle", version: "1", collections: collections, group: { _, _, note in note.folder },
                 areInIncreasingOrder: { $0.title < $1.title })
@@ -231,6 +231,20 @@ extension ExtensionTablesTests {
                     Note(title: "b", folder: "inbox", archived: false), forKey: "m", inCollection: "more")
             }
             try db.register(byTitle(["notes", "more"]))
+            try writer.read { txn throws in
+                #expect(try txn.view(named: "byTitle").items(inGroup: "inbox").map(\.key) == ["n", "m"])
+            }
+            // Narrowing from every collection to one drops the values of the others, and widening
+            // back feeds them again: the catalog tells "every collection" from a set.
+            try db.register(byTitle(nil))
+            try writer.read { txn throws in
+                #expect(try txn.view(named: "byTitle").items(inGroup: "inbox").map(\.key) == ["n", "m"])
+            }
+            try db.register(byTitle(["notes"]))
+            try writer.read { txn throws in
+                #expect(try txn.view(named: "byTitle").items(inGroup: "inbox").map(\.key) == ["n"])
+            }
+            try db.register(byTitle(nil))
             try writer.read { txn throws in
                 #expect(try txn.view(named: "byTitle").items(inGroup: "inbox").map(\.key) == ["n", "m"])
             }

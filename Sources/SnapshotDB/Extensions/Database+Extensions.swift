@@ -230,11 +230,13 @@ extension ReadWriteTransaction {
         let installed = try ExtensionCatalog.installed(definition.name, handle: handle)
         // A version left stale by a process that does not keep it is rebuilt like a new one, and
         // so is one whose collections changed under the same version (the values of a collection
-        // it did not observe were never fed to it). Collections the file does not know (recorded
-        // before they were) are taken as the same.
+        // it did not observe were never fed to it, and those of one it no longer observes are
+        // still in it). The file stores "every collection" as NULL, as it stores collections it
+        // never recorded (an extension of a schema 2 file): both are taken as every collection,
+        // so a set registered over either is rebuilt once, and the set is recorded.
         let isStale = try ExtensionCatalog.state(definition.name, handle: handle)?.staleCommit != nil
         let stored = try ExtensionCatalog.entries(handle: handle).first { $0.name == definition.name }
-        let sameCollections = stored?.collections.map { $0 == definition.collections } ?? true
+        let sameCollections = stored.map { $0.collections == definition.collections } ?? true
         if let installed, installed.kind == definition.kind,
             installed.version == definition.storedVersion, !isStale, sameCollections
         {
