@@ -128,6 +128,39 @@ struct WriterContractTests {
         }
     }
 
+    /// After some errors SQLite ends a transaction on its own (an I/O error or out of memory
+    /// mid-read): a bookmark whose read transaction is gone cannot read its commit, and says so.
+    /// The test ends it the way SQLite does, with the transaction's handle left in autocommit.
+    @Test func aBookmarkWhoseReadTransactionSQLiteEndedIsLost() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try Self.write(writer, "a")
+            try ui.beginLongLivedReadTransaction()
+            try Self.write(writer, "b")
+            // Inside the read that sees it happen, the next use throws.
+            let inside = expectError(.bookmarkLost) {
+                try ui.read { txn in
+                    try txn.core.handle().execute("ROLLBACK")
+                    return try txn.count(inCollection: "c")
+                }
+            }
+            #expect(inside?.message.contains("connection 'ui'") == true, "\(String(describing: inside))")
+            #expect(!ui.isInLongLivedReadTransaction)
+            // Told once; the connection reads the newest commit afterwards.
+            #expect(try ui.read { try $0.count(inCollection: "c") } == 2)
+            #expect(try ui.beginLongLivedReadTransaction().map(\.commit) == [2])
+
+            // Found by the next read, when it ended between reads.
+            try Self.write(writer, "c")
+            try ui.read { txn in try txn.core.handle().execute("ROLLBACK") }
+            expectError(.bookmarkLost) { try ui.read { try $0.count(inCollection: "c") } }
+            #expect(!ui.isInLongLivedReadTransaction)
+            #expect(try ui.read { try $0.count(inCollection: "c") } == 3)
+            #expect(try ui.beginLongLivedReadTransaction().map(\.commit) == [3])
+        }
+    }
+
     @Test func aForeignCounterJumpIsOneChangeset() throws {
         try withTemporaryDatabase { db throws in
             let writer = db.newConnection(name: "writer")

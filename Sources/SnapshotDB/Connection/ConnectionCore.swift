@@ -161,12 +161,30 @@ final class ConnectionCore: @unchecked Sendable {
     /// in autocommit mode: a caller that caught the error and went on would write outside any
     /// transaction, with no commit number. Transactions check this before every use and before
     /// committing, and fail with the code of the error that ended the transaction.
+    ///
+    /// A bookmark whose read transaction SQLite ended is released here, and the error is
+    /// `bookmarkLost`: its commit can no longer be read, and the next advance returns every
+    /// commit since the last one it returned, as after any lost bookmark.
     func transactionEndedBySQLite() -> DatabaseError? {
         guard let openedHandle, openedHandle.isAutocommit else { return nil }
         let cause = openedHandle.lastError
+        if record.bookmark != nil { return loseBookmarkEndedBySQLite(cause: cause) }
         var message = "SQLite rolled back the transaction after an error; nothing of it can be committed"
         if let cause { message += " (\(cause.message))" }
         return DatabaseError(cause?.code ?? .sqlite, message, sqliteCode: cause?.sqliteCode, cause: cause)
+    }
+
+    /// Releases the bookmark, whose SQLite read transaction is gone (SQLite ended it after an
+    /// error, or its handle was closed as broken), and returns the `bookmarkLost` to throw.
+    private func loseBookmarkEndedBySQLite(cause: DatabaseError?) -> DatabaseError {
+        recordSnapshot(nil)
+        mayHoldBookmark = false
+        var message =
+            "connection '\(name)' lost its bookmark: SQLite ended its read transaction after an error"
+        if let cause { message += " (\(cause.message))" }
+        message += "; call beginLongLivedReadTransaction() to bookmark the newest commit (it returns every commit "
+        message += "since the last one it returned)"
+        return DatabaseError(.bookmarkLost, message, sqliteCode: cause?.sqliteCode, cause: cause)
     }
 
     /// Moves the cache to `commit`, dropping exactly what the commits in between changed, or
@@ -218,6 +236,9 @@ final class ConnectionCore: @unchecked Sendable {
     /// checked against it (``ReadInterruption``).
     func read<T>(interruption: ReadInterruption? = nil, _ body: (ReadTransaction) throws -> T) throws -> T {
         if let bookmark = try bookmarkOrLost() {
+            guard let openedHandle, !openedHandle.isBroken, !openedHandle.isAutocommit else {
+                throw loseBookmarkEndedBySQLite(cause: openedHandle?.lastError)
+            }
             let transaction = ReadTransaction(core: self, commit: bookmark)
             defer { transaction.end() }
             return try run(body, in: transaction, interruption: interruption)
