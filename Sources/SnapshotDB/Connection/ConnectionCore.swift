@@ -182,8 +182,8 @@ final class ConnectionCore: @unchecked Sendable {
         var message =
             "connection '\(name)' lost its bookmark: SQLite ended its read transaction after an error"
         if let cause { message += " (\(cause.message))" }
-        message += "; call beginLongLivedReadTransaction() to bookmark the newest commit (it returns every commit "
-        message += "since the last one it returned)"
+        message += "; call beginLongLivedReadTransaction() to bookmark the newest commit"
+        message += " (it returns every commit since the last one it returned)"
         return DatabaseError(.bookmarkLost, message, sqliteCode: cause?.sqliteCode, cause: cause)
     }
 
