@@ -202,6 +202,52 @@ extension ConsumerTests {
 }
 
 extension ConsumerTests {
+    /// A history row a foreign client numbered far below zero is purged like any old row, and the
+    /// bound's arithmetic does not overflow on it (it trapped, at every process's first purge).
+    @Test func aForeignRowNumberedBelowZeroIsPurgedWithoutOverflow() throws {
+        var configuration = Configuration()
+        configuration.historyRetention = HistoryRetention(commits: 10)
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(0, forKey: "k", inCollection: "c") }
+            _ = try sqlite3(
+                db.path,
+                "INSERT INTO snapshotdb_history(number, kind, date, token) VALUES (-9223372036854775808, 2, 0, 0)"
+            )
+            for index in 1...30 {
+                try writer.readWrite { try $0.set(index, forKey: "k", inCollection: "c") }
+            }
+            _ = try db.purgeHistory()
+            #expect(
+                try sqlite3(db.path, "SELECT min(number), max(number) FROM snapshotdb_history") == "21|31\n")
+            #expect(db.latestCommit == 31)
+        }
+    }
+
+    /// `purgeHistory()` reports a step that failed for a reason other than a busy writer; it
+    /// returned 0 as if the history were within its bound.
+    @Test func purgeHistoryThrowsTheErrorOfAFailedStep() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            for index in 0..<30 {
+                try writer.readWrite { try $0.set(index, forKey: "k", inCollection: "c") }
+            }
+            try db.close()
+            var configuration = Configuration()
+            configuration.historyRetention = HistoryRetention(commits: 10)
+            let reopened = try Database(path: db.path, configuration: configuration)
+            // The first step fails as a full disk would: its error is thrown, nothing is purged.
+            reopened.faults.arm(.purge)
+            let error = expectError(.sqlite) { try reopened.purgeHistory() }
+            #expect(error?.message.contains("injected fault: purge") == true, "\(String(describing: error))")
+            let rows = try sqlite3(db.path, "SELECT count(*) FROM snapshotdb_history")
+            #expect(rows == "31\n", "\(rows)")
+            #expect(try reopened.purgeHistory() == 20)
+        }
+    }
+}
+
+extension ConsumerTests {
     /// The age bound: rows older than `age` are purged (here, rows whose dates a foreign client
     /// moved eight days back), whatever the other bounds allow; the rows after them stay.
     @Test func theAgeBoundPurgesTheRowsOlderThanIt() throws {

@@ -101,7 +101,9 @@ enum HistoryCoding {
         for _ in 0..<runCount {
             let collection = try reader.string()
             let count = try reader.count()
-            operations.reserveCapacity(operations.count + count)
+            // No reserve per run: `reserveCapacity` grows to exactly what it is asked, so a row of
+            // many one-key runs (a transaction alternating collections) would copy the array once
+            // per run. Appending grows it geometrically.
             for _ in 0..<count {
                 switch try reader.byte() {
                 case 0: operations.append(.init(kind: .set, collection: collection, key: try reader.string()))

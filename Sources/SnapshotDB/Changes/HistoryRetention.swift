@@ -43,15 +43,20 @@ extension Database {
     /// steps as the automatic purge, and returns how many rows it removed. The automatic purge
     /// runs after commits; call this to reclaim the space at once (before a backup, say).
     ///
-    /// - Throws: `databaseClosed`; `busy` when another process kept SQLite's write lock.
+    /// - Throws: `databaseClosed`; `busy` when another process kept SQLite's write lock; the
+    ///   error of a step that failed otherwise (`diskFull`, `ioError`, `corrupt`, …), after the
+    ///   steps before it were committed.
     @discardableResult
     public func purgeHistory() throws(DatabaseError) -> Int {
         try checkOpen()
         try checkWritable("purgeHistory()")
         let before = historyPurger.rowsPurged.load(ordering: .acquiring)
-        if historyPurger.purgeNow(self) == .busy {
+        switch historyPurger.purgeNow(self) {
+        case .busy:
             throw DatabaseError(
                 .busy, "the history of \(path) could not be purged: another process is writing")
+        case .failed(let error): throw error
+        case .done, .more: break
         }
         return historyPurger.rowsPurged.load(ordering: .acquiring) - before
     }
@@ -97,7 +102,9 @@ final class HistoryPurger: Sendable {
             switch outcome {
             case .more: queue(database)
             case .busy: queue(database, attempt: attempt + 1)
-            case .done: state.withLock { $0.isQueued = false }
+            // A failed step (a full disk, say) is not retried until the next request: the
+            // history only grows past its bound meanwhile, and `purgeHistory()` reports it.
+            case .done, .failed: state.withLock { $0.isQueued = false }
             }
         }
         // At once unless retrying after a busy step: a test (or `purgeHistory()`) that flushes
@@ -113,10 +120,11 @@ final class HistoryPurger: Sendable {
     /// Whether a purge is queued or running (for tests).
     var isQueued: Bool { state.withLock { $0.isQueued } }
 
-    enum Outcome {
+    enum Outcome: Equatable {
         case done
         case more
         case busy
+        case failed(DatabaseError)
     }
 
     /// Runs purge steps until the history is within the bound (or a step is busy), on the
@@ -144,12 +152,12 @@ final class HistoryPurger: Sendable {
             guard cutoff > floor else { return .done }
         } catch {
             handle.rollback(after: "an error checking the history's bound", logger: database.logger)
-            return error.code == .busy ? .busy : .done
+            return error.code == .busy ? .busy : .failed(error)
         }
         let deadline = Date(timeIntervalSinceNow: Checkpointer.resetWait.timeInterval)
         guard database.writer.lock.lockWithPriority(before: deadline) else { return .busy }
         defer { database.writer.lock.unlock() }
-        do {
+        do throws(DatabaseError) {
             try handle.withBusyTimeout(Checkpointer.resetWait, restoring: database.configuration.busyTimeout)
             {
                 () throws(DatabaseError) in
@@ -159,6 +167,7 @@ final class HistoryPurger: Sendable {
             let (cutoff, floor) = try Self.cutoff(retention, handle: handle)
             guard cutoff > floor else { return .done }
             let target = min(cutoff, floor + UInt64(Self.stepRows))
+            if database.faults.shouldFail(.purge) { throw FaultInjector.error(.purge) }
             try handle.execute("DELETE FROM snapshotdb_history WHERE number < \(target)")
             let removed = Int(handle.changes)
             // In the purge's own transaction: a consumer is never dropped in a race with its
@@ -172,7 +181,7 @@ final class HistoryPurger: Sendable {
             // rows at a time.
             return target < cutoff || removed >= Self.stepRows ? .more : .done
         } catch {
-            return error.code == .busy ? .busy : .done
+            return error.code == .busy ? .busy : .failed(error)
         }
     }
 
@@ -188,8 +197,10 @@ final class HistoryPurger: Sendable {
     static func cutoff(_ retention: HistoryRetention, handle: SQLiteHandle) throws(DatabaseError)
         -> (cutoff: UInt64, floor: UInt64)
     {
-        let latest = try handle.int64("SELECT max(number) FROM snapshotdb_history") ?? 0
-        let floor = try handle.int64("SELECT min(number) FROM snapshotdb_history") ?? 0
+        // Commit numbers are never negative; a row a foreign client wrote below zero is below
+        // every cutoff (and purged), and never makes the arithmetic below overflow.
+        let latest = try handle.int64("SELECT max(number) FROM snapshotdb_history WHERE number >= 0") ?? 0
+        let floor = try handle.int64("SELECT min(number) FROM snapshotdb_history WHERE number >= 0") ?? 0
         var cutoff = max(floor, latest - Int64(max(0, retention.commits)))
         let oldest = Date().timeIntervalSince1970 - retention.age.timeInterval
         if let tooOld = try handle.int64(

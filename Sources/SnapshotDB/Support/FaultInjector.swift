@@ -2,7 +2,7 @@ internal import SnapshotDBLocking
 
 /// Faults that tests inject into branches the release code cannot reach on demand: a bookmark
 /// that cannot be taken again during a WAL reset, a `BEGIN` that fails during an advance, a
-/// `COMMIT` or a `ROLLBACK` that fails.
+/// `COMMIT`, a `ROLLBACK` or a history purge step that fails.
 ///
 /// Per database, so that tests running in parallel do not see each other's faults. Only debug
 /// builds check it: in release builds ``shouldFail(_:)`` is a constant `false`.
@@ -19,6 +19,8 @@ final class FaultInjector: Sendable {
         /// A `ROLLBACK` on a connection's handle fails (as an I/O error would); the handle is
         /// left inside its transaction and marked broken.
         case rollback
+        /// A history purge step's `DELETE` fails (as a full disk would).
+        case purge
     }
 
     #if DEBUG
