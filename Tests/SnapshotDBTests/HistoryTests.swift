@@ -552,6 +552,63 @@ extension HistoryTests {
     /// back from outside | another process commits past 5 on the restored file | this process
     /// advances: the rows after 5 belong to another history (row 5 has another token), so the
     /// jump is one external changeset, the cache is dropped, and the values read are the file's.
+    /// Another history at the very counter this process published (another database's file of
+    /// as many commits restored over this one) is not taken for this one: the advance gets an
+    /// external changeset, caches are dropped, and the next commit is numbered after it.
+    @Test func anotherHistoryAtTheSameCounterIsExternal() throws {
+        try withTemporaryDirectory { directory throws in
+            let otherPath = directory.appendingPathComponent("other.sqlite").path
+            do {
+                let other = try Database(path: otherPath)
+                let otherWriter = other.newConnection(name: "other")
+                for index in 0..<5 {
+                    try otherWriter.readWrite {
+                        try $0.set(
+                            Note(title: "theirs \(index)", folder: "inbox", archived: false), forKey: "n0",
+                            inCollection: "notes")
+                    }
+                }
+                try other.close()
+            }
+            let path = directory.appendingPathComponent("mine.sqlite").path
+            let db = try Database(path: path)
+            let writer = db.newConnection(name: "writer")
+            for index in 0..<5 {
+                try writer.readWrite {
+                    try $0.set(
+                        Note(title: "mine \(index)", folder: "inbox", archived: false), forKey: "n0",
+                        inCollection: "notes")
+                }
+            }
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            #expect(
+                try ui.read { try $0.value(forKey: "n0", inCollection: "notes", as: Note.self)?.title }
+                    == "mine 4")
+            #expect(
+                try writer.read { try $0.value(forKey: "n0", inCollection: "notes", as: Note.self)?.title }
+                    == "mine 4")
+            try run("/usr/bin/sqlite3", [path, ".restore '\(otherPath)'"])
+
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(changes.map(\.commits) == [6...6], "\(changes)")
+            #expect(changes.first?.isExternal == true)
+            #expect(
+                try ui.read { try $0.value(forKey: "n0", inCollection: "notes", as: Note.self)?.title }
+                    == "theirs 4")
+            #expect(
+                try writer.read { try $0.value(forKey: "n0", inCollection: "notes", as: Note.self)?.title }
+                    == "theirs 4")
+            try writer.readWrite {
+                try $0.set(
+                    Note(title: "after", folder: "inbox", archived: false), forKey: "n1",
+                    inCollection: "notes")
+            }
+            #expect(db.latestCommit == 7)
+            try db.close()
+        }
+    }
+
     @Test func aRestoreOvertakenByAnotherProcessIsExternalNotTakenForItsRows() throws {
         try withTemporaryDatabase { db throws in
             let writer = db.newConnection(name: "writer")

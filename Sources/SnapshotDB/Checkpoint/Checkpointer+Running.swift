@@ -165,7 +165,7 @@ extension Checkpointer {
             }
             guard began else { return [] }
             defer { handle.rollback(after: "re-seating bookmarks before a WAL reset", logger: logger) }
-            guard (try? handle.readCommitState()) == CommitState(commit: latest, unsealed: 0) else {
+            guard (try? handle.readCommitState())?.isSealed(at: latest) == true else {
                 return []
             }
             // Every bookmark's connection re-begins on its own queue at once; a reset with a

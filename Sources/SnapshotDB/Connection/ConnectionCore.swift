@@ -396,7 +396,7 @@ final class ConnectionCore: @unchecked Sendable {
         do throws(DatabaseError) {
             if database.faults.shouldFail(.reseat) { throw FaultInjector.error(.reseat) }
             try handle.statement(.begin).execute()
-            if try handle.readCommitState() == CommitState(commit: commit, unsealed: 0) { return .reseated }
+            if try handle.readCommitState().isSealed(at: commit) { return .reseated }
         } catch {}
         handle.rollback(
             after: "the bookmark of connection '\(name)' could not be taken again", logger: database.logger)

@@ -258,9 +258,10 @@ final class Writer: Sendable {
         for name in undecodable {
             try ExtensionCatalog.markStale(name, commit: sealed, connection: nil, handle: handle)
         }
-        // A counter below what this process published is older contents put back from outside:
-        // the keys the triggers noted (perhaps in the backup) do not say what changed.
-        let isRestore = state.commit < database.latestCommit
+        // A counter below what this process published, or another history at the same counter,
+        // is older contents put back from outside: the keys the triggers noted (perhaps in the
+        // backup) do not say what changed.
+        let isRestore = state.isAnotherHistory || state.commit < database.latestCommit
         var operations: [ChangesetBuilder.Operation] = []
         do throws(DatabaseError) {
             let noted = try handle.idleStatement(.foreignChanges)
@@ -453,7 +454,7 @@ extension Database {
         if let header, let commit = knownCommit(at: header) {
             #if DEBUG
                 let read = try handle.readCommitState()
-                assert(read == CommitState(commit: commit, unsealed: 0), "wrong commit for a known header")
+                assert(read.isSealed(at: commit), "wrong commit for a known header")
             #endif
             return CommitState(commit: commit, unsealed: 0)
         }
@@ -462,6 +463,17 @@ extension Database {
         // polls it per connection): a snapshot behind another connection's is not older contents
         // put back, only a connection that has not caught up yet.
         if state.unsealed == 0 && state.commit < published && replica == nil { state.unsealed = 1 }
+        // At the commit this process published last, another token is another history at the
+        // same counter (a backup with as many commits put back, another database's file
+        // restored over this one): the same, so that its external changeset drops caches and
+        // advances see a change (on a replica, where nothing can be sealed, the reader reads
+        // it unsealed, with its cache dropped).
+        if state.unsealed == 0, state.commit == published, let token = state.token,
+            let known = commitLog.latestToken, known.commit == published, known.token != token
+        {
+            state.unsealed = 1
+            state.isAnotherHistory = true
+        }
         if state.unsealed == 0, let header { learnCommit(state.commit, at: header) }
         return state
     }

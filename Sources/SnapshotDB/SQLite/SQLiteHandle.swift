@@ -251,6 +251,15 @@ struct CommitState: Equatable, Sendable {
     /// How many foreign writes (rows changed by clients that fire the schema's triggers) are not
     /// yet sealed with a commit number of their own; 0 when every change has a number.
     var unsealed: Int64
+    /// The token of the newest history row (the counter's row), when it was read: another
+    /// history at the same counter (older contents put back) has another token.
+    var token: UInt64? = nil
+    /// Whether the snapshot holds another history than the one this process published at the
+    /// same counter (set by ``Database/commitState(of:header:published:)``).
+    var isAnotherHistory = false
+
+    /// Whether this is `commit` with every foreign write sealed.
+    func isSealed(at commit: UInt64) -> Bool { self.commit == commit && unsealed == 0 }
 }
 
 /// A copy of the WAL-index header: it identifies the commit of the WAL a read transaction
@@ -309,15 +318,19 @@ enum SQL: Int, CaseIterable {
     var text: String {
         switch self {
         case .readState:
-            // One step reads the commit counter (the newest history row: one seek down the
-            // right edge of its b-tree) and whether foreign writes are still unsealed. NOT
-            // INDEXED: the meta rows sit in the table's one page, and scanning it spares a read
-            // of the name index's page, which after another connection's commit (SQLite then
-            // drops its page cache) is a read from the WAL or the file.
+            // One step reads the commit counter and its row's token (the newest history row:
+            // one seek down the right edge of its b-tree) and whether foreign writes are still
+            // unsealed. NOT INDEXED: the meta rows sit in the table's one page, and scanning it
+            // spares a read of the name index's page, which after another connection's commit
+            // (SQLite then drops its page cache) is a read from the WAL or the file. The outer
+            // join gives a row of NULLs for an empty history.
             return """
-                SELECT (SELECT max(number) FROM snapshotdb_history),
+                SELECT h.number,
                        (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external')
-                     - (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external_sealed')
+                     - (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external_sealed'),
+                       h.token
+                FROM (SELECT 1) LEFT JOIN
+                     (SELECT number, token FROM snapshotdb_history ORDER BY number DESC LIMIT 1) AS h
                 """
         case .fixSnapshot:
             // Reads one field of page 1, which every transaction reads anyway: the cheapest
@@ -476,7 +489,9 @@ extension SQLiteHandle {
         guard try statement.step(), !statement.isNull(at: 0), !statement.isNull(at: 1) else {
             throw Schema.damagedMetadata(path: path)
         }
-        return CommitState(commit: UInt64(max(0, statement.int64(at: 0))), unsealed: statement.int64(at: 1))
+        return CommitState(
+            commit: UInt64(max(0, statement.int64(at: 0))), unsealed: statement.int64(at: 1),
+            token: statement.isNull(at: 2) ? nil : UInt64(bitPattern: statement.int64(at: 2)))
     }
 
     /// The WAL's generation (its header's salts) from the WAL-index header, without a system
