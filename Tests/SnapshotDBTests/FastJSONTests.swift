@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import SnapshotDB
@@ -213,6 +214,64 @@ struct FastJSONTests {
         }
     }
 
+    enum Color: String, Codable, Equatable { case red, blue }
+
+    /// Skips one element of an unkeyed container, whatever it holds.
+    struct Skip: Decodable { init(from decoder: any Decoder) throws {} }
+
+    /// The lossy-array pattern: an element that fails is skipped and the next one read.
+    struct LossyColors: Decodable, Equatable {
+        var colors: [Color] = []
+        var unknown: [String] = []
+
+        init(from decoder: any Decoder) throws {
+            var container = try decoder.unkeyedContainer()
+            while !container.isAtEnd {
+                if let color = try? container.decode(Color.self) {
+                    colors.append(color)
+                } else {
+                    unknown.append(try container.decode(String.self))
+                }
+            }
+        }
+    }
+
+    struct LossySkipping: Decodable, Equatable {
+        var colors: [Color] = []
+
+        init(from decoder: any Decoder) throws {
+            var container = try decoder.unkeyedContainer()
+            while !container.isAtEnd {
+                do { colors.append(try container.decode(Color.self)) } catch {
+                    _ = try? container.decode(Skip.self)
+                }
+            }
+        }
+    }
+
+    /// Retries until the container is at its end; gives up (and says so) after 1,000 tries, so
+    /// that a container that never moves fails the test instead of hanging it.
+    struct RetryingFloats: Decodable, Equatable {
+        /// How many tries the last decode took (one test decodes this type).
+        static let lastTries = Mutex(0)
+        var values: [Float] = []
+        var gaveUp = false
+
+        init(from decoder: any Decoder) throws {
+            var container = try decoder.unkeyedContainer()
+            var tries = 0
+            defer { Self.lastTries.withLock { $0 = tries } }
+            while !container.isAtEnd {
+                tries += 1
+                if tries > 1_000 {
+                    gaveUp = true
+                    break
+                }
+                if let value = try? container.decode(Float.self) { values.append(value) }
+            }
+        }
+    }
+
     struct Plain: Codable, Equatable {
         var a: Int
         var b: String?
@@ -261,6 +320,15 @@ struct FastJSONTests {
         same(#"{"n":3}"#, as: Lenient.self, fast: true)
         same(#"{"n":2.6}"#, as: Lenient.self, fast: false)
         same(#"{"n":"x"}"#, as: Lenient.self, fast: false)
+        // An element whose decode failed, caught by the value's own code: Foundation's container
+        // stays on it, so the next decode reads it again.
+        same(#"["red","purple","blue"]"#, as: LossyColors.self, fast: false)
+        same(#"["red","purple","blue"]"#, as: LossySkipping.self, fast: false)
+        same(#"["red","blue"]"#, as: LossyColors.self, fast: true)
+        same(#"[0.5,1.5]"#, as: RetryingFloats.self, fast: false)
+        // Handing a Float over moved past it: two elements, two tries.
+        #expect(FastJSON.decode(RetryingFloats.self, from: Data("[0.5,1.5]".utf8)) == nil)
+        #expect(RetryingFloats.lastTries.withLock { $0 } == 2)
         same(#"[1,2,3]"#, as: [Int].self, fast: true)
         // Arrays of plain types are read in place; anything unusual in them is Foundation's.
         same(#" [ "a" , "b\n" , "" ] "#, as: [String].self, fast: true)
@@ -282,7 +350,7 @@ struct FastJSONTests {
         same(#"300"#, as: Int8.self, fast: false)
         same(#"-1"#, as: UInt.self, fast: false)
         same(#"1e400"#, as: Double.self, fast: false)
-        // Foundation refuses a zero written with an exponent, and an underflow.
+        // A zero written with an exponent, and an underflow, are Foundation's to answer.
         same(#"0e1"#, as: Double.self, fast: false)
         same(#"{"ratio":-0.00e1}"#, as: [String: Double].self, fast: false)
         same(#"1e-400"#, as: Double.self, fast: false)

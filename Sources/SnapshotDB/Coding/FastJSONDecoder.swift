@@ -17,7 +17,7 @@ internal import Foundation
 /// integers written as integers, and `Double`s (parsed by Swift's locale-independent parser,
 /// correctly rounded as Foundation's). Anything else sets ``Document/mustFallBack`` and throws:
 /// a `Float` (whose rounding path differs), an integer written with a fraction or exponent, a
-/// zero `Double` written with one (Foundation refuses `0e1` and underflows), `Data`, `URL` and
+/// zero `Double` written with one (Foundation's check for a true zero and its underflow rule), `Data`, `URL` and
 /// `Decimal` (which `JSONDecoder` decodes its own way), duplicate keys (compared as Swift
 /// compares strings, so `"é"` and `"e\u{301}"` are duplicates, as they are for Foundation's
 /// dictionary of members), two keys that are one integer key (`"1"` and `"01"`), an object of
@@ -25,6 +25,11 @@ internal import Foundation
 /// error the value's own `init(from:)` throws. When that flag is set, the value is decoded again by
 /// Foundation, whose result or error is the answer, even if the value's `init(from:)` caught
 /// the error and went on (a `try?` must not take another branch here than under Foundation).
+///
+/// The handing over is a thrown error, so the value's own code sees it: a `try!` on a field
+/// this decoder hands over (a `Float`, say) traps where Foundation would return, and code of
+/// `init(from:)` that ran before the hand-over (a counter, a log line) runs again under
+/// Foundation. Values of plain `Codable` types, whose `init(from:)` is synthesized, see neither.
 /// So a value that decodes through an unusual path costs both decoders; a value of plain fields
 /// costs this one only.
 enum FastJSON {
@@ -539,7 +544,7 @@ enum FastJSON {
                 guard let parsed = Double(text), parsed.isFinite else { throw fallBack() }
                 value = parsed
             }
-            // Foundation takes a zero only from digits it reads as zero (and refuses "0e1" and an
+            // Foundation checks a zero its own way (it reads "0e1" as zero and refuses an
             // underflow such as "1e-400"): a zero written with a fraction or exponent is its call.
             if value == 0 && !isInteger { throw fallBack() }
             return value
@@ -644,7 +649,17 @@ enum FastJSON {
             if T.self == [Double].self { return unsafeBitCast(try array(index, double), to: T.self) }
             if T.self == [Bool].self { return unsafeBitCast(try array(index, bool), to: T.self) }
             if FastJSON.isSpecial(T.self) { throw fallBack() }
-            return try T(from: ValueDecoder(document: self, at: index, path: path()))
+            // An error of the value's own `init(from:)` (a raw value no case has, a check of its
+            // own) sends the whole value to Foundation, whatever its caller does with the error:
+            // a caller that catches it and reads on must never go on from where this decoder
+            // stands, which is not always where Foundation would (an unkeyed container here
+            // moves past an element whose decode failed; Foundation's stays on it).
+            do {
+                return try T(from: ValueDecoder(document: self, at: index, path: path()))
+            } catch {
+                mustFallBack = true
+                throw error
+            }
         }
     }
 
@@ -815,7 +830,9 @@ enum FastJSON {
         mutating func decode(_ type: Bool.Type) throws -> Bool { try document.bool(try next()) }
         mutating func decode(_ type: String.Type) throws -> String { try document.string(try next()) }
         mutating func decode(_ type: Double.Type) throws -> Double { try document.double(try next()) }
-        mutating func decode(_ type: Float.Type) throws -> Float { throw document.fallBack() }
+        // Each call that hands the value to Foundation still moves past its element: a caller
+        // that retries until the container is at its end (`while !isAtEnd { try? … }`) ends.
+        mutating func decode(_ type: Float.Type) throws -> Float { try fallBackPast() }
         mutating func decode(_ type: Int.Type) throws -> Int {
             try document.int(try next())
         }
@@ -847,8 +864,14 @@ enum FastJSON {
             try document.integer(try next(), as: UInt64.self)
         }
 
-        mutating func decode(_ type: Int128.Type) throws -> Int128 { throw document.fallBack() }
-        mutating func decode(_ type: UInt128.Type) throws -> UInt128 { throw document.fallBack() }
+        mutating func decode(_ type: Int128.Type) throws -> Int128 { try fallBackPast() }
+        mutating func decode(_ type: UInt128.Type) throws -> UInt128 { try fallBackPast() }
+
+        /// Moves past the current element and sends the value to Foundation.
+        private mutating func fallBackPast() throws -> Never {
+            _ = try next()
+            throw document.fallBack()
+        }
 
         mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
             let index = currentIndex
@@ -868,7 +891,7 @@ enum FastJSON {
             return try ValueDecoder(document: document, at: try next(), path: path).unkeyedContainer()
         }
 
-        mutating func superDecoder() throws -> any Decoder { throw document.fallBack() }
+        mutating func superDecoder() throws -> any Decoder { try fallBackPast() }
     }
 
     struct Single: SingleValueDecodingContainer {
