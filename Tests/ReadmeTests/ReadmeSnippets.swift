@@ -151,7 +151,7 @@ func runIndexer(_ db: Database, writer: Connection) async throws {
     for try await batch in indexer.batches(on: db.newConnection(name: "indexer")) {
         try await writer.readWrite { txn in
             for changeset in batch.changesets { try index(changeset, in: txn) }
-            try indexer.acknowledge(through: batch.commit, in: txn)  // commits with the index
+            try indexer.acknowledge(batch, in: txn)  // commits with the index
         }
     }
 }

@@ -86,7 +86,7 @@ struct ConsumerTests {
             for try await batch in indexer.batches(on: reader, limit: 7) {
                 try await writer.readWrite { txn in
                     for changeset in batch.changesets { try Self.apply(changeset, in: txn) }
-                    try indexer.acknowledge(through: batch.commit, in: txn)
+                    try indexer.acknowledge(batch, in: txn)
                 }
                 applied += batch.changesets.count
                 // The indexer's own commits are changesets too: stop at the source's last one.
@@ -197,6 +197,65 @@ extension ConsumerTests {
                 try sqlite3(path, "SELECT min(number), max(number) FROM snapshotdb_history") == "200|300\n")
             try db.close()
             expectError(.databaseClosed) { try db.purgeHistory() }
+        }
+    }
+}
+
+extension ConsumerTests {
+    /// Two runners of one consumer read the same batch: only the first applies it; the
+    /// second's acknowledgement throws `consumerConflict` and its writes roll back with it.
+    /// One runner acknowledging two batches of its sequence at once is not a conflict.
+    @Test func twoRunnersOfOneConsumerApplyABatchOnce() async throws {
+        try await withTemporaryDatabase { db async throws in
+            let indexer = try db.consumer(named: "indexer")
+            let source = db.newConnection(name: "source")
+            for index in 0..<6 {
+                try await source.readWrite { try $0.set(index, forKey: "k\(index)", inCollection: "source") }
+            }
+            var first = indexer.batches(on: db.newConnection(name: "first"), limit: 3).makeAsyncIterator()
+            var second = indexer.batches(on: db.newConnection(name: "second"), limit: 3).makeAsyncIterator()
+            let firstBatch = try #require(try await first.next())
+            let secondBatch = try #require(try await second.next())
+            #expect(firstBatch.changesets.map(\.commit) == secondBatch.changesets.map(\.commit))
+            #expect(firstBatch.after == secondBatch.after)
+            let writer = db.newConnection(name: "writer")
+            try await writer.readWrite { txn in
+                for changeset in firstBatch.changesets { try Self.apply(changeset, in: txn) }
+                try indexer.acknowledge(firstBatch, in: txn)
+            }
+            do {
+                try await writer.readWrite { txn in
+                    for changeset in secondBatch.changesets { try Self.apply(changeset, in: txn) }
+                    try indexer.acknowledge(secondBatch, in: txn)
+                }
+                Issue.record("the second runner's acknowledgement committed")
+            } catch let error as DatabaseError {
+                #expect(error.code == .consumerConflict, "\(error)")
+                #expect(error.message.contains("another runner"), "\(error)")
+            }
+            #expect(try await writer.read { try $0.count(inCollection: "doubles") } == 0)
+            #expect(try await writer.read { try $0.count(inCollection: "applied") } == 3)
+
+            // The second runner's next batch starts where it left off, which the first runner's
+            // acknowledgement passed: refused too. The first runner goes on with two batches
+            // acknowledged at once.
+            let secondNext = try #require(try await second.next())
+            let firstNext = try #require(try await first.next())
+            let firstThird = try #require(try await first.next())
+            try await writer.readWrite { txn in
+                for changeset in firstNext.changesets + firstThird.changesets {
+                    try Self.apply(changeset, in: txn)
+                }
+                try indexer.acknowledge(firstThird, in: txn)
+            }
+            #expect(try await writer.read { try indexer.position(in: $0) } == firstThird.commit)
+            do {
+                try await writer.readWrite { txn in try indexer.acknowledge(secondNext, in: txn) }
+                Issue.record("a batch behind the position was acknowledged")
+            } catch let error as DatabaseError {
+                #expect(error.code == .consumerConflict, "\(error)")
+            }
+            #expect(try await writer.read { try $0.count(inCollection: "doubles") } == 0)
         }
     }
 }

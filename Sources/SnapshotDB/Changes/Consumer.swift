@@ -15,10 +15,15 @@ internal import Foundation
 /// for try await batch in indexer.batches(on: db.newConnection(name: "indexer")) {
 ///     try writer.readWrite { txn in
 ///         for changeset in batch.changesets { try index(changeset, in: txn) }
-///         try indexer.acknowledge(through: batch.commit, in: txn)
+///         try indexer.acknowledge(batch, in: txn)
 ///     }
 /// }
 /// ```
+///
+/// Run one loop per consumer. If two runners (two processes, a loop started twice) read the
+/// same batch, ``acknowledge(_:in:)`` lets only the first commit: the second throws
+/// ``DatabaseError/Code/consumerConflict`` and its transaction, with its writes, rolls back.
+/// (``acknowledge(through:in:)`` cannot tell: it knows where a batch ends, not where it began.)
 ///
 /// A consumer that falls past ``Configuration/historyRetention`` is expired when the history it
 /// needs is purged: every read then throws ``DatabaseError/Code/consumerExpired`` until
@@ -82,6 +87,30 @@ public final class Consumer: Sendable {
         }
         try Self.move(name, to: commit, expired: false, handle: handle)
         transaction.wroteBookkeeping = true
+    }
+
+    /// Moves the consumer's position to the end of `batch`, as part of `transaction`, after
+    /// checking that no other runner of this consumer acknowledged past the batch's start since
+    /// it was read: the check and the move are in the transaction that writes the batch's
+    /// results, under SQLite's write lock, so of two runners that applied the same batch only
+    /// the first commits.
+    ///
+    /// - Throws: ``DatabaseError/Code/consumerConflict`` when the consumer's position is past
+    ///   the position the batch was read after; what ``acknowledge(through:in:)`` throws.
+    public func acknowledge(_ batch: ConsumerBatch, in transaction: ReadWriteTransaction)
+        throws(DatabaseError)
+    {
+        try transaction.checkActive()
+        let row = try Self.row(name, handle: try transaction.core.handle(), path: database.path)
+        if row.expired { throw expiredError() }
+        guard row.position <= batch.after else {
+            throw DatabaseError(
+                .consumerConflict,
+                "consumer '\(name)' is at commit \(row.position), past commit \(batch.after) that this batch "
+                    + "was read after: another runner of the consumer applied it; this transaction must not commit"
+            )
+        }
+        try acknowledge(through: batch.commit, in: transaction)
     }
 
     /// Starts the consumer again at `transaction`'s commit, expired or not: what it had not
@@ -155,6 +184,9 @@ public final class Consumer: Sendable {
 public struct ConsumerBatch: Sendable {
     /// The changesets, oldest first.
     public let changesets: [Changeset]
+    /// The commit the batch was read after: the consumer's position then, or the end of the
+    /// batch the same sequence gave before it (when that one was not acknowledged yet).
+    public let after: UInt64
     /// The last commit of the batch: what to acknowledge once it is applied.
     public var commit: UInt64 { changesets.last?.commit ?? 0 }
 }
@@ -189,13 +221,13 @@ public struct ConsumerBatches: AsyncSequence, Sendable {
                 let consumer = batches.consumer
                 let limit = batches.limit
                 let after = lastYielded
-                let changesets = try await batches.connection.read { txn in
-                    let position = try consumer.position(in: txn)
-                    return try txn.changes(after: Swift.max(position, after ?? 0), limit: limit)
+                let (start, changesets) = try await batches.connection.read { txn in
+                    let start = Swift.max(try consumer.position(in: txn), after ?? 0)
+                    return (start, try txn.changes(after: start, limit: limit))
                 }
                 if let last = changesets.last {
                     lastYielded = last.commit
-                    return ConsumerBatch(changesets: changesets)
+                    return ConsumerBatch(changesets: changesets, after: start)
                 }
                 // Nothing new: wait for the next commit (a finished stream is subscribed again).
                 if await commits?.next() == nil {

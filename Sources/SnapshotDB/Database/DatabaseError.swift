@@ -104,6 +104,10 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         /// A named consumer fell behind the history's retention bound and was expired: the
         /// changes it had not acknowledged were purged. Its next read says so; reset it to go on.
         public static let consumerExpired = Code("consumerExpired")
+        /// A consumer's batch was acknowledged after another runner of the same consumer had
+        /// already moved its position past the batch's start (two processes, or two loops, run
+        /// one consumer): the batch was applied there, and the transaction must not commit.
+        public static let consumerConflict = Code("consumerConflict")
         /// An extension's tables are stale: a commit of a process that does not keep the
         /// extension (it did not register it, or registered another version) changed the values
         /// it derives from. The message names the commit, the process and the connection;
