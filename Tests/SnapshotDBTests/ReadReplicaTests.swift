@@ -124,6 +124,42 @@ struct ReadReplicaTests {
 
     /// A replica opens only through a registered VFS, on a SnapshotDB file of this schema, once
     /// per process; Litestream's VFS needs its URL in the environment the process started with.
+    /// A position taken on the primary at a commit its replica has not reached yet is not
+    /// another history: the replica says `historyUnavailable` (advance later), and answers once
+    /// it has the commit. (The replica here is a copy of the primary, as a restore makes it.)
+    @Test func aPositionAheadOfTheReplicaIsUnavailableNotAMismatch() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("primary.sqlite").path
+            let copyPath = directory.appendingPathComponent("replica.sqlite").path
+            let db = try Database(path: path)
+            let writer = db.newConnection(name: "writer")
+            try LitestreamTests.writeNotes(writer, 0..<3)
+            let start = try writer.read { try $0.position() }
+            try db.close()
+            try FileManager.default.copyItem(atPath: path, toPath: copyPath)
+            let primary = try Database(path: path)
+            try LitestreamTests.writeNotes(primary.newConnection(name: "writer"), 3..<5)
+            let ahead = try primary.newConnection(name: "reader").read { try $0.position() }
+            try primary.close()
+
+            let replica = try Database(replica: copyPath, vfs: "unix")
+            let reader = replica.newConnection(name: "reader")
+            let error = expectError(.historyUnavailable) { try reader.read { try $0.changes(after: ahead) } }
+            #expect(error?.message.contains("not be replicated yet") == true, "\(String(describing: error))")
+            #expect(try reader.read { try $0.changes(after: start) }.isEmpty)
+            try replica.close()
+
+            // Caught up (the primary's file copied over the replica's): the position answers.
+            try FileManager.default.removeItem(atPath: copyPath)
+            try FileManager.default.copyItem(atPath: path, toPath: copyPath)
+            let caughtUp = try Database(replica: copyPath, vfs: "unix")
+            let changes = try caughtUp.newConnection(name: "reader").read { try $0.changes(after: start) }
+            #expect(changes.map(\.commit) == [ahead.commit - 1, ahead.commit])
+            #expect(try caughtUp.newConnection(name: "reader").read { try $0.changes(after: ahead) }.isEmpty)
+            try caughtUp.close()
+        }
+    }
+
     @Test func openingAReplicaSaysWhatIsMissing() throws {
         try withTemporaryDirectory { directory throws in
             let path = directory.appendingPathComponent("primary.sqlite").path

@@ -107,6 +107,14 @@ extension ReadTransaction {
             // A newer snapshot may hold it (this one is a bookmark, or another process committed
             // since this transaction began); the file does not.
             let newest = core.database.newestCommitInFile(atLeast: commit)
+            // A replica trails its primary: a commit it has not reached may be one it has not
+            // replicated yet. Whether it belongs to this history is known once it has.
+            if commit > newest, core.database.replica != nil {
+                throw DatabaseError(
+                    .historyUnavailable,
+                    "commit \(commit) is after the newest commit the replica \(path) holds (\(newest)): it may "
+                        + "not be replicated yet; advance once the replica has caught up")
+            }
             guard commit <= newest else {
                 throw DatabaseError(
                     .historyMismatch,
