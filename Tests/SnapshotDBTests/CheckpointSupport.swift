@@ -20,6 +20,9 @@ final class LogCapture: Sendable {
         Logger(label: "snapshotdb.checkpoint") { _ in Handler(capture: self) }
     }
 
+    /// A handler that records into this capture (for `LoggingSystem.bootstrap` in a child).
+    var handler: any LogHandler { Handler(capture: self) }
+
     /// The messages logged at `level`, in order.
     func messages(at level: Logger.Level) -> [String] {
         entries.withLock { $0.filter { $0.level == level }.map(\.message) }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import SnapshotDBLocking
 import SnapshotDBTestSupport
 import Testing
@@ -148,6 +149,45 @@ struct ConfigurationTests {
             try reader.beginLongLivedReadTransaction()
             try writer.readWrite { try $0.set("v", forKey: "k", inCollection: "c") }
             #expect(try reader.beginLongLivedReadTransaction().map(\.commit) == [1])
+        }
+    }
+}
+
+extension ConfigurationTests {
+    static let loggingChildKey = "SNAPSHOTDB_LOGGING_CHILD_DB"
+
+    /// The child: makes its configuration, then bootstraps logging (as an app that sets up
+    /// logging after its configuration does), then opens and logs an error through the default
+    /// checkpoint logger. Runs alone in its process: the bootstrap is once per process.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[loggingChildKey] != nil))
+    func childBootstrapsLoggingAfterMakingItsConfiguration() throws {
+        let path = try #require(ProcessInfo.processInfo.environment[Self.loggingChildKey])
+        let configuration = Configuration()
+        let logs = LogCapture()
+        LoggingSystem.bootstrap { _ in logs.handler }
+        let db = try Database(path: path, configuration: configuration)
+        let writer = db.newConnection(name: "writer")
+        db.faults.arm(.rollback)
+        struct Refused: Error {}
+        _ = try? writer.readWrite { txn in
+            try txn.set(1, forKey: "lost", inCollection: "c")
+            throw Refused()
+        }
+        let logged = logs.messages(at: .error).contains { $0.contains("ROLLBACK after an error") }
+        reportResult("logged", logged ? "yes" : "no")
+        try db.close()
+    }
+
+    /// The default checkpoint logger takes the handler bootstrapped before the open, not the
+    /// one there was when the configuration was made.
+    @Test func theDefaultLoggerTakesTheHandlerBootstrappedBeforeTheOpen() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("logging.sqlite").path
+            let child = try runChildTest(
+                "childBootstrapsLoggingAfterMakingItsConfiguration", environmentKey: Self.loggingChildKey,
+                path: path)
+            #expect(child.results["logged"] == "yes", "child said: \(child.output)")
+            #expect(child.terminationStatus == 0)
         }
     }
 }

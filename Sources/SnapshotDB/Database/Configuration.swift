@@ -144,7 +144,16 @@ public struct Configuration: Sendable {
     /// The logger for checkpoint warnings, and for the errors SnapshotDB cannot throw (a
     /// `ROLLBACK` that failed after another error, which is the one thrown); label
     /// `snapshotdb.checkpoint` by default.
-    public var checkpointLogger = Logger(label: "snapshotdb.checkpoint")
+    ///
+    /// The default logger is made when it is first read (at the open), not when the
+    /// configuration is: swift-log gives a logger the handler that `LoggingSystem.bootstrap` set
+    /// when the logger is made, so an app that bootstraps logging after making its
+    /// configuration, and before opening, still gets its handler.
+    public var checkpointLogger: Logger {
+        get { chosenCheckpointLogger ?? Logger(label: "snapshotdb.checkpoint") }
+        set { chosenCheckpointLogger = newValue }
+    }
+    private var chosenCheckpointLogger: Logger?
 
     /// The value of the `database` dimension of the checkpoint metrics; the database path when
     /// `nil` (the default).
