@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import SnapshotDBLocking
 import Testing
 
 @testable import SnapshotDB
