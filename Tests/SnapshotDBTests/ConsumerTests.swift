@@ -202,6 +202,33 @@ extension ConsumerTests {
 }
 
 extension ConsumerTests {
+    /// A bookmark of this process is served from memory: the history purged under it does not
+    /// make its changesets external; a position taken at its commit is past the bound.
+    @Test func aBookmarkOfThisProcessNeverSeesThePurge() throws {
+        var configuration = Configuration()
+        configuration.historyRetention = HistoryRetention(commits: 10)
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(0, forKey: "k0", inCollection: "c") }
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            let position = try ui.read { try $0.position() }
+            for index in 1...50 {
+                try writer.readWrite { try $0.set(index, forKey: "k\(index)", inCollection: "c") }
+            }
+            _ = try db.purgeHistory()
+            let floor = try writer.read { txn in try History.floor(on: try txn.core.handle()) }
+            #expect(floor > 2, "the history after commit \(floor) only")
+            expectError(.historyUnavailable) { try writer.read { try $0.changes(after: position) } }
+            let changes = try ui.beginLongLivedReadTransaction()
+            #expect(changes.map(\.commit) == Array(2...51))
+            #expect(changes.allSatisfy { !$0.isExternal })
+            #expect(changes.last?.setKeys["c"] == ["k50"])
+        }
+    }
+}
+
+extension ConsumerTests {
     /// Two runners of one consumer read the same batch: only the first applies it; the
     /// second's acknowledgement throws `consumerConflict` and its writes roll back with it.
     /// One runner acknowledging two batches of its sequence at once is not a conflict.

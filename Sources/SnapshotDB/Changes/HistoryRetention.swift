@@ -12,9 +12,10 @@ internal import struct Synchronization.Atomic
 /// (never dropped in a race), and its next read throws
 /// ``DatabaseError/Code/consumerExpired``. A position saved with
 /// ``ReadTransaction/position()`` that falls past the bound gets
-/// ``DatabaseError/Code/historyUnavailable``. A bookmark of another process that falls past
-/// it gets one external changeset for the purged commits (its keys unknown); bookmarks of
-/// this process are served from memory and never see the purge.
+/// ``DatabaseError/Code/historyUnavailable``. A bookmark gets the changesets this process
+/// already published from memory, whatever was purged since (a test shows it): its own
+/// commits, and the commits of other processes it had read. Commits of another process that
+/// were purged before this process read them arrive as one external changeset (keys unknown).
 ///
 /// The defaults suit a phone: 10,000 commits, 7 days, 16 MiB. Purging runs off the commit path
 /// (on the database's checkpoint queue, after about every ``commits``/8 commits, at most every
