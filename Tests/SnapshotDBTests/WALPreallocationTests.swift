@@ -119,6 +119,39 @@ struct WALPreallocationTests {
         }
     }
 
+    /// The default reset path when a WAL grew past `journal_size_limit` (and not past twice
+    /// it): RESTART leaves the file, and SQLite trims it to the limit at the first commit of the
+    /// new WAL; the preallocated zeros do not grow it back, and every client reads the file.
+    @Test func aRestartedWALPastTheJournalSizeLimitIsTrimmedToItAtTheNextCommit() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("trim.sqlite").path
+            var configuration = Configuration()
+            configuration.journalSizeLimit = 1 << 20
+            configuration.checkpointThresholdPages = 1_000_000
+            let db = try Database(path: path, configuration: configuration)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.setData(Data([0]), forKey: "first", inCollection: "c") }
+            try writer.readWrite { txn in
+                for index in 0..<320 {
+                    try txn.setData(Data(repeating: 7, count: 4_000), forKey: "\(index)", inCollection: "c")
+                }
+            }
+            let grown = try WALFile(path: path).bytes.count
+            #expect(grown > 1 << 20 && grown < 2 << 20, "\(grown) bytes")
+            #expect(try db.checkpoint(.restart).isComplete)
+            #expect(try WALFile(path: path).bytes.count == grown, "RESTART leaves the file")
+            try writer.readWrite { try $0.setData(Data([1]), forKey: "after", inCollection: "c") }
+            let wal = try WALFile(path: path)
+            #expect(wal.bytes.count == 1 << 20, "trimmed to journal_size_limit: \(wal.bytes.count) bytes")
+            // The new WAL's one commit; past it, the old WAL's frames (other salts), read by no one.
+            #expect(wal.commitFrameEnds.count == 1)
+            #expect(try sqlite3(path, "SELECT count(*) FROM snapshotdb_values") == "322\n")
+            let copy = try Self.crashCopy(of: path, in: directory)
+            #expect(try sqlite3(copy, "SELECT count(*) FROM snapshotdb_values") == "322\n")
+            #expect(try isIntact(copy))
+        }
+    }
+
     @Test func aWALResetReusesThePreallocatedFileAndTheZerosStayPastTheFrames() throws {
         try withTemporaryDirectory { directory throws in
             let path = directory.appendingPathComponent("reset.sqlite").path
