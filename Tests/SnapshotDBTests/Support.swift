@@ -33,6 +33,15 @@ func run(_ executable: String, _ arguments: [String], input: String? = nil) thro
     try ChildProcess.run(executable, arguments, input: input).succeeded()
 }
 
+/// Runs `wait`, a blocking test hook (a wait on a condition of the library), on a thread of its
+/// own and returns its result: it then holds no thread of Swift's cooperative pool, which the
+/// tasks it waits for need.
+func waitOnAThread<T: Sendable>(_ wait: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { (continuation: CheckedContinuation<T, Never>) in
+        Thread { continuation.resume(returning: wait()) }.start()
+    }
+}
+
 /// A small Codable value used across the tests.
 struct Item: Codable, Equatable, Sendable {
     var title: String
