@@ -8,7 +8,7 @@ import struct Synchronization.Mutex
 @testable import SnapshotDB
 
 /// Closing a database, backing it up while writers go on, and vacuuming it.
-@Suite("Lifecycle: close, backup, vacuum")
+@Suite("Lifecycle: close, backup, vacuum", .hangLimit)
 struct LifecycleTests {
     @Test func closeEndsEverythingAndTheFileReopensAtOnce() async throws {
         try await withTemporaryDirectory { directory in

@@ -2,7 +2,7 @@ import Foundation
 import SnapshotDB
 import Testing
 
-@Suite("Long-lived read transactions")
+@Suite("Long-lived read transactions", .hangLimit)
 struct LongLivedReadTests {
     @Test func bookmarkStaysPutAcrossCommitsThenJumpsThemAll() throws {
         try withTemporaryDatabase { db throws in
@@ -338,7 +338,7 @@ final class LockedFlag: @unchecked Sendable {
     var value: Bool { lock.withLock { storage } }
 }
 
-@Suite("Change delivery limits")
+@Suite("Change delivery limits", .hangLimit)
 struct ChangeDeliveryLimitTests {
     @Test func aSubscriberThatFallsBehindIsFinishedNotSkipped() async throws {
         var configuration = Configuration()

@@ -6,7 +6,7 @@ import struct Synchronization.Mutex
 @testable import SnapshotDB
 
 /// Observing a key or a collection, `touch`, and the async advance.
-@Suite("Observation")
+@Suite("Observation", .hangLimit)
 struct ObservationTests {
     @Test func observingAKeyYieldsTheCurrentValueThenEachChange() async throws {
         try await withTemporaryDatabase { db in

@@ -42,6 +42,15 @@ func waitOnAThread<T: Sendable>(_ wait: @escaping @Sendable () -> T) async -> T 
     }
 }
 
+extension Trait where Self == TimeLimitTrait {
+    /// The time limit of a suite whose tests await streams (`changes()`, observers, checkpoint
+    /// events, consumer batches) with no bound of their own: a hang fails the test, whose task is
+    /// cancelled and whose streams then end, instead of holding CI until it is killed. Ten
+    /// minutes is far above what any of those tests takes, under ThreadSanitizer (10 to 30 times
+    /// slower) too.
+    static var hangLimit: Self { .timeLimit(.minutes(10)) }
+}
+
 /// A small Codable value used across the tests.
 struct Item: Codable, Equatable, Sendable {
     var title: String
