@@ -10,10 +10,13 @@ that file returned; later ones persist in any subset, each one whole, not at all
 
 Each state is written to a fresh directory and checked with the stock sqlite3 shell
 (PRAGMA integrity_check), and with the library (`--checker`, `snapshotdb-stress power-loss-check`)
-or Python's sqlite3 module. With `--sync full`, every commit acknowledged before the crash point
-must be in the state. `--ignore-syncs` is the negative control: syncs are not honoured, so
-violations must be found. Prints one summary line, `powerloss: K states, V violations`, and the
-first violations; exits 1 when there are violations (0 with --ignore-syncs only if there are some).
+or Python's sqlite3 module. For SnapshotDB, an empty file or one that is not a database under the
+database's name is a violation (it creates the file under a temporary name and links it into place
+once synced); the plain SQLite reference creates the file in place, where a cut may leave either.
+With `--sync full`, every commit acknowledged before the crash point must be in the state.
+`--ignore-syncs` is the negative control: syncs are not honoured, so violations must be found.
+Prints one summary line, `powerloss: K states, V violations`, and the first violations; exits 1
+when there are violations (0 with --ignore-syncs only if there are some).
 """
 import argparse, os, random, shutil, sqlite3, struct, subprocess, sys, tempfile
 
@@ -118,15 +121,20 @@ def check(state, directory, database, kind, checker, acked, durable):
     path = os.path.join(directory, os.path.basename(database))
     if not os.path.exists(path):
         return None if acked == 0 or not durable else f'database missing after {acked} acknowledged commits'
+    # SnapshotDB creates a database under a temporary name, syncs it and links it into place, so
+    # the name never holds an empty file or one that is not a database. Plain SQLite creates the
+    # file in place: a cut before its first sync may leave either.
+    if kind == 'snapshotdb' and os.path.getsize(path) == 0:
+        return 'an empty file under the database name'
     integrity = subprocess.run(['sqlite3', path, 'PRAGMA integrity_check'], capture_output=True, text=True)
-    if integrity.stdout.strip() not in ('ok', '') and 'not a database' not in integrity.stderr:
-        return f'integrity_check: {integrity.stdout.strip()[:200]} {integrity.stderr.strip()[:200]}'
+    tolerated = kind == 'sqlite' and 'not a database' in integrity.stderr
+    if not tolerated and (integrity.returncode != 0 or integrity.stdout.strip() not in ('ok', '')):
+        return (f'integrity_check (exit {integrity.returncode}): {integrity.stdout.strip()[:200]} '
+                f'{integrity.stderr.strip()[:200]}')
     if kind == 'snapshotdb':
         result = subprocess.run(checker + ['--db', path], capture_output=True, text=True)
         line = (result.stdout.strip().splitlines() or ['bad no output: ' + result.stderr[-300:]])[-1]
         if not line.startswith('ok'):
-            if 'notADatabase' in line and acked == 0:
-                return None
             return f'library: {line[:300]}'
         commits = int(line.split()[1])
     else:

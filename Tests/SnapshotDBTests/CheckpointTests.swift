@@ -7,7 +7,7 @@ import Testing
 
 @testable import SnapshotDB
 
-@Suite("Checkpoints and the monitor")
+@Suite("Checkpoints and the monitor", .hangLimit)
 struct CheckpointTests {
     /// A configuration with small thresholds, so that a test reaches them in a few hundred commits.
     static func smallConfiguration(logs: LogCapture? = nil) -> Configuration {

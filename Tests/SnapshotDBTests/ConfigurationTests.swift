@@ -8,7 +8,7 @@ import Testing
 
 /// The bounds of ``Configuration``: the largest values mean "effectively never" or "no limit",
 /// and values that make no sense are refused when the database opens.
-@Suite("Configuration bounds")
+@Suite("Configuration bounds", .hangLimit)
 struct ConfigurationTests {
     /// A configuration with every number at its largest value.
     static func largestConfiguration() -> Configuration {

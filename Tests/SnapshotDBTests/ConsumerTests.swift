@@ -8,7 +8,7 @@ import struct Synchronization.Atomic
 @testable import SnapshotDB
 
 /// Named durable consumers and the history's retention bound.
-@Suite("Consumers and retention")
+@Suite("Consumers and retention", .hangLimit)
 struct ConsumerTests {
     static let childKey = "SNAPSHOTDB_CONSUMER_CHILD"
 

@@ -48,10 +48,14 @@ struct DiskFullTests {
     static let preallocationChildKey = "SNAPSHOTDB_DISK_FULL_PREALLOCATION_CHILD_DB"
 
     /// WAL preallocation (256 KiB of zeros past the frames) is best effort: with room for the
-    /// frames and not for the zeros, commits still succeed and the WAL stays under the limit.
+    /// frames and not for the zeros, commits still succeed, and the zeros written before the
+    /// write failed are given back (the VFS truncates the WAL to where it was), so the WAL ends
+    /// at its last commit frame. The same commits without the limit (the control) do leave
+    /// zeros past it: the limited run did try to preallocate.
     @Test func commitsThatFitSucceedWhenTheWALPreallocationDoesNot() throws {
         try withTemporaryDirectory { directory throws in
             let path = directory.appendingPathComponent("tight.sqlite").path
+            let control = directory.appendingPathComponent("control.sqlite").path
             do {
                 let db = try Database(path: path)
                 try db.newConnection().readWrite {
@@ -59,14 +63,22 @@ struct DiskFullTests {
                 }
                 #expect(try db.checkpoint(.truncate).isComplete)
             }
+            try FileManager.default.copyItem(atPath: path, toPath: control)
+            let unlimited = try Self.commitFive(at: control, underFileSizeLimit: false)
+            #expect(unlimited["committed"] == "5", "\(unlimited)")
+            let unlimitedEnd = try #require(Int(unlimited["wal-last-commit-end"] ?? ""), "\(unlimited)")
+            #expect(Int(unlimited["wal-bytes"] ?? "") ?? 0 > unlimitedEnd, "preallocated: \(unlimited)")
+            #expect(unlimited["wal-zeros-past-last-commit"] == "true", "\(unlimited)")
+
             let child = try runChildTest(
                 "childPreallocatingUnderFileSizeLimit", environmentKey: Self.preallocationChildKey, path: path
             )
             #expect(child.results["committed"] == "5", "child said: \(child.output)")
             #expect(child.results["failed-with"] == nil, "child said: \(child.output)")
-            let walBytes = Int(child.results["wal-bytes"] ?? "") ?? .max
-            let limit = Int(child.results["limit"] ?? "") ?? 0
-            #expect(walBytes <= limit)
+            // The five commits' frames, and nothing past them.
+            let childEnd = try #require(Int(child.results["wal-last-commit-end"] ?? ""), "\(child.output)")
+            #expect(childEnd > 32, "child said: \(child.output)")
+            #expect(child.results["wal-bytes"] == "\(childEnd)", "child said: \(child.output)")
             #expect(child.terminationStatus == 0)
 
             let db = try Database(path: path)
@@ -81,12 +93,19 @@ struct DiskFullTests {
     @Test(.enabled(if: ProcessInfo.processInfo.environment[preallocationChildKey] != nil))
     func childPreallocatingUnderFileSizeLimit() throws {
         let path = try #require(ProcessInfo.processInfo.environment[Self.preallocationChildKey])
+        for (name, value) in try Self.commitFive(at: path, underFileSizeLimit: true) {
+            reportResult(name, value)
+        }
+    }
+
+    /// Makes five one-row commits on the database at `path` (synchronous = FULL, so the VFS
+    /// preallocates), under a file size limit 64 KiB above the database's size or without one,
+    /// and returns what happened and what the `-wal` holds while the database is still open.
+    static func commitFive(at path: String, underFileSizeLimit: Bool) throws -> [String: String] {
+        var results: [String: String] = [:]
         let db = try Database(path: path)
         let writer = db.newConnection()
-        let databaseBytes =
-            (try FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.intValue ?? 0
-        reportResult("limit", "\(databaseBytes + 64 * 1024)")
-        withFileSizeLimit(above: path) {
+        func commit() {
             var committed = 0
             do {
                 for index in 0..<5 {
@@ -96,14 +115,17 @@ struct DiskFullTests {
                     committed += 1
                 }
             } catch {
-                reportResult("failed-with", (error as? DatabaseError)?.code.name ?? "\(error)")
+                results["failed-with"] = (error as? DatabaseError)?.code.name ?? "\(error)"
             }
-            reportResult("committed", "\(committed)")
+            results["committed"] = "\(committed)"
         }
-        let walBytes =
-            (try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? NSNumber)?.intValue
-            ?? 0
-        reportResult("wal-bytes", "\(walBytes)")
+        if underFileSizeLimit { withFileSizeLimit(above: path, commit) } else { commit() }
+        let wal = try Data(contentsOf: URL(fileURLWithPath: path + "-wal"))
+        let lastCommitEnd = DamagedFileTests.CrashCopy.commitFrameEnds(of: wal).last ?? 0
+        results["wal-bytes"] = "\(wal.count)"
+        results["wal-last-commit-end"] = "\(lastCommitEnd)"
+        results["wal-zeros-past-last-commit"] = "\(wal[lastCommitEnd...].allSatisfy { $0 == 0 })"
+        return results
     }
 
     @Test(.enabled(if: ProcessInfo.processInfo.environment[childDatabaseKey] != nil))

@@ -2,7 +2,7 @@ import Foundation
 import SnapshotDB
 import Testing
 
-@Suite("Long-lived read transactions")
+@Suite("Long-lived read transactions", .hangLimit)
 struct LongLivedReadTests {
     @Test func bookmarkStaysPutAcrossCommitsThenJumpsThemAll() throws {
         try withTemporaryDatabase { db throws in
@@ -182,23 +182,27 @@ struct LongLivedReadTests {
         try withTemporaryDatabase { db throws in
             let delivered = DispatchSemaphore(value: 0)
             let commits = LockedArray()
-            let observer = db.addObserver(on: DispatchQueue(label: "observer")) { changeset in
+            let observerQueue = DispatchQueue(label: "observer")
+            let observer = db.addObserver(on: observerQueue) { changeset in
                 commits.append(changeset.commit)
                 delivered.signal()
             }
             let writer = db.newConnection()
             for index in 0..<3 { try writer.readWrite { try $0.set(index, forKey: "k", inCollection: "c") } }
-            for _ in 0..<3 { delivered.wait() }
+            for _ in 0..<3 { try #require(delivered.wait(timeout: .now() + .seconds(60)) == .success) }
             #expect(commits.values == [1, 2, 3])
             observer.cancel()
             try writer.readWrite { try $0.set(9, forKey: "k", inCollection: "c") }
             // Proof that nothing more arrives: a later observer sees commit 5 while the cancelled
-            // one stays at three deliveries.
+            // one stays at three deliveries. A commit hands its changeset to each observer's queue
+            // before `readWrite` returns, so once the cancelled observer's queue has run what it
+            // was given, a delivery of commit 4 or 5 would be in `commits`.
             let later = DispatchSemaphore(value: 0)
             let laterObserver = db.addObserver(on: DispatchQueue(label: "later")) { _ in later.signal() }
             try writer.readWrite { try $0.set(10, forKey: "k", inCollection: "c") }
-            later.wait()
+            try #require(later.wait(timeout: .now() + .seconds(60)) == .success)
             laterObserver.cancel()
+            observerQueue.sync {}
             #expect(commits.values == [1, 2, 3])
         }
     }
@@ -338,7 +342,7 @@ final class LockedFlag: @unchecked Sendable {
     var value: Bool { lock.withLock { storage } }
 }
 
-@Suite("Change delivery limits")
+@Suite("Change delivery limits", .hangLimit)
 struct ChangeDeliveryLimitTests {
     @Test func aSubscriberThatFallsBehindIsFinishedNotSkipped() async throws {
         var configuration = Configuration()

@@ -1,7 +1,8 @@
 import Foundation
-import SnapshotDB
 import SnapshotDBLocking
 import Testing
+
+@testable import SnapshotDB
 
 /// The API used in ways it does not allow, or in its less obvious corners: the outcome is a
 /// typed error or a documented, all-or-nothing result, never a half-applied transaction.
@@ -219,8 +220,9 @@ struct MisuseTests {
             await #expect(throws: CancellationError.self) { try await cancelledRead.value }
 
             // Timeline:  blocker (writer): readWrite { started | wait for proceed }
-            //            | queued (writer) waits for the connection; waiting (other) for the writer lock
-            //            | both cancelled | proceed | blocker commits | both: CancellationError
+            //            | queued (writer) is on the connection's queue; waiting (other) waits in
+            //              the writer lock | both cancelled | proceed | blocker commits
+            //            | both: CancellationError
             let (started, startedContinuation) = AsyncStream<Void>.makeStream()
             let proceed = DispatchSemaphore(value: 0)
             let blocker = Task.detached {
@@ -237,12 +239,21 @@ struct MisuseTests {
                     try txn.set("lost", forKey: "queued", inCollection: "c")
                 }
             }
+            // The two calls above were refused before reaching the queue: the blocker's call was
+            // the first handed to it, and the queued one is the second.
+            let deadline = Date(timeIntervalSinceNow: 60)
+            let isQueued = await waitOnAThread {
+                writer.queuedAsyncCalls.wait(untilAtLeast: 2, before: deadline)
+            }
+            #expect(isQueued, "the second call never reached the connection's queue")
             let waiting = Task {
                 try await other.readWrite { txn in
                     bodyRan.raise()
                     try txn.set("lost", forKey: "waiting", inCollection: "c")
                 }
             }
+            let isWaiting = await waitOnAThread { db.writer.lock.waitForWaitingWriters(1, before: deadline) }
+            #expect(isWaiting, "the other connection's call never waited for the writer lock")
             queued.cancel()
             waiting.cancel()
             proceed.signal()
@@ -409,18 +420,23 @@ struct MisuseTests {
     @Test func checkpointThatNeedsTheWriterLockInsideAWriteIsMisuse() throws {
         try withTemporaryDatabase { db throws in
             let writer = db.newConnection(name: "writer")
+            // Frames in the WAL, for the PASSIVE checkpoint below to copy back.
+            try writer.readWrite { try $0.set("committed", forKey: "before", inCollection: "c") }
             let started = ContinuousClock.now
             try writer.readWrite { txn in
                 try txn.set("v", forKey: "k", inCollection: "c")
                 for mode in [CheckpointMode.full, .restart, .truncate] {
                     expectError(.misuse) { try db.checkpoint(mode) }
                 }
-                // PASSIVE takes no lock of this process's writers: it runs.
-                #expect(try db.checkpoint(.passive).walFrames >= 0)
+                // PASSIVE takes no lock of this process's writers: it runs, and copies back every
+                // committed frame (this transaction's snapshot is the newest commit).
+                let passive = try db.checkpoint(.passive)
+                #expect(passive.walFrames > 0)
+                #expect(passive.isComplete, "\(passive)")
             }
             // Refused at once, not after the busy timeout (5 s) spent waiting for itself.
             #expect(ContinuousClock.now - started < .seconds(4))
-            #expect(db.latestCommit == 1)
+            #expect(db.latestCommit == 2)
             #expect(try db.checkpoint(.truncate).isComplete)
         }
     }

@@ -7,7 +7,7 @@ import Testing
 /// A second process serving reads from a Litestream replica through Litestream's VFS (PyPI's
 /// `litestream-vfs`, which `.ci/run` installs): bookmarks on the replica keep their commit while
 /// the replica advances, then advance with the primary's exact changesets.
-@Suite("Read replicas through Litestream's VFS")
+@Suite("Read replicas through Litestream's VFS", .hangLimit)
 struct ReadReplicaTests {
     static let childKey = "SNAPSHOTDB_REPLICA_CHILD"
 

@@ -33,6 +33,24 @@ func run(_ executable: String, _ arguments: [String], input: String? = nil) thro
     try ChildProcess.run(executable, arguments, input: input).succeeded()
 }
 
+/// Runs `wait`, a blocking test hook (a wait on a condition of the library), on a thread of its
+/// own and returns its result: it then holds no thread of Swift's cooperative pool, which the
+/// tasks it waits for need.
+func waitOnAThread<T: Sendable>(_ wait: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { (continuation: CheckedContinuation<T, Never>) in
+        Thread { continuation.resume(returning: wait()) }.start()
+    }
+}
+
+extension Trait where Self == TimeLimitTrait {
+    /// The time limit of a suite whose tests await streams (`changes()`, observers, checkpoint
+    /// events, consumer batches) with no bound of their own: a hang fails the test, whose task is
+    /// cancelled and whose streams then end, instead of holding CI until it is killed. Ten
+    /// minutes is far above what any of those tests takes, under ThreadSanitizer (10 to 30 times
+    /// slower) too.
+    static var hangLimit: Self { .timeLimit(.minutes(10)) }
+}
+
 /// A small Codable value used across the tests.
 struct Item: Codable, Equatable, Sendable {
     var title: String

@@ -26,6 +26,9 @@ public final class Connection: Sendable {
     private let queue: DispatchQueue
     private let core: ConnectionCore
     private let record: ConnectionRecord
+    /// How many `async` calls were handed to the queue (for tests: a call queued behind a
+    /// running one, see ``QueuedCallCount``).
+    let queuedAsyncCalls = QueuedCallCount()
 
     init(database: Database, name: String) {
         self.name = name
@@ -116,6 +119,7 @@ public final class Connection: Sendable {
                     // resumes: the last reference must not be the one this block drops later.
                     continuation.resume(with: result)
                 }
+                queuedAsyncCalls.increment()
             }
         } onCancel: {
             cancellation.cancel()
@@ -288,6 +292,34 @@ final class TaskCancellation: Sendable {
     /// Throws `CancellationError` once the task was cancelled.
     func check() throws(CancellationError) {
         if isCancelled { throw CancellationError() }
+    }
+}
+
+/// How many `async` calls a connection handed to its queue, and a wait for a number of them
+/// (for tests: a task cancelled while its call waits behind another of the connection).
+///
+/// `@unchecked Sendable`: `count` is only read and written with `condition` locked.
+final class QueuedCallCount: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var count = 0
+
+    /// Counts one more call handed to the queue.
+    func increment() {
+        condition.lock()
+        count += 1
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Waits until `target` calls were handed to the queue, at most until `deadline`; returns
+    /// whether they were.
+    func wait(untilAtLeast target: Int, before deadline: Date) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        while count < target {
+            if !condition.wait(until: deadline) { return count >= target }
+        }
+        return true
     }
 }
 

@@ -222,6 +222,8 @@ final class InFlightOperations: @unchecked Sendable {
     private var running = 0
     /// How many ever began (for tests, see ``waitForBegun(_:)``).
     private var begun = 0
+    /// How many ever ended (for tests, see ``finishedCount``).
+    private var finished = 0
     private var closing = false
 
     /// Counts one more running operation; `false` once the close began.
@@ -239,7 +241,16 @@ final class InFlightOperations: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         running -= 1
+        finished += 1
         if running == 0 { condition.broadcast() }
+    }
+
+    /// How many operations ended so far (for tests): counted before ``closeAndWait()`` can
+    /// return, so a test that reads it right after ``Database/close()`` needs no other wait.
+    var finishedCount: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return finished
     }
 
     /// Waits until `count` operations began, running or not (for tests).

@@ -18,13 +18,15 @@ internal import Foundation
 /// through another connection (`a.readWrite { b.readWrite { } }`) is refused as misuse
 /// instead of waiting for itself forever.
 ///
-/// `@unchecked Sendable`: `isHeld`, `owner` and `priorityWaiters` are only read and written
-/// with `condition` locked.
+/// `@unchecked Sendable`: `isHeld`, `owner`, `priorityWaiters` and `waitingWriters` are only
+/// read and written with `condition` locked.
 final class WriterLock: @unchecked Sendable {
     private let condition = NSCondition()
     private var isHeld = false
     private var owner: pthread_t?
     private var priorityWaiters = 0
+    /// Writers waiting in ``lock()`` (for tests, see ``waitForWaitingWriters(_:)``).
+    private var waitingWriters = 0
 
     /// Whether the current thread holds the lock: a read-write transaction of this database
     /// is open further out on this thread's stack.
@@ -38,7 +40,13 @@ final class WriterLock: @unchecked Sendable {
     /// Waits until the lock is free and no priority request waits, then takes it.
     func lock() {
         condition.lock()
-        while isHeld || priorityWaiters > 0 { condition.wait() }
+        if isHeld || priorityWaiters > 0 {
+            waitingWriters += 1
+            // `waitForWaitingWriters(_:)` wakes (other writers waiting here wait again).
+            condition.broadcast()
+            while isHeld || priorityWaiters > 0 { condition.wait() }
+            waitingWriters -= 1
+        }
         isHeld = true
         owner = pthread_self()
         condition.unlock()
@@ -90,5 +98,16 @@ final class WriterLock: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         while priorityWaiters == 0 { condition.wait() }
+    }
+
+    /// Waits until `count` writers wait in ``lock()`` for the lock, at most until `deadline`;
+    /// returns whether they do (for tests).
+    func waitForWaitingWriters(_ count: Int, before deadline: Date) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        while waitingWriters < count {
+            if !condition.wait(until: deadline) { return waitingWriters >= count }
+        }
+        return true
     }
 }

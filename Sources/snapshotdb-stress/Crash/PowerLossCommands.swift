@@ -44,10 +44,11 @@ struct PowerLossWorkloadCommand: ParsableCommand {
     }
 }
 
-/// Checks one replayed crash state with the library: it must open, its commit counter must
-/// equal the number of values (each commit added one key), and its durable history must hold
-/// exactly one changeset per commit, naming that commit's key and `info` (a commit and its
-/// history row are one atomic unit). Prints `ok COMMIT KEYS` or `bad WHY`.
+/// Checks one replayed crash state with the library: the file must be there and not empty (the
+/// library would create a database there), it must open, its commit counter must equal the
+/// number of values (each commit added one key), and its durable history must hold exactly one
+/// changeset per commit, naming that commit's key and `info` (a commit and its history row are
+/// one atomic unit). Prints `ok COMMIT KEYS` or `bad WHY`.
 struct PowerLossCheckCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "power-loss-check", abstract: "Check a replayed crash state with the library.",
@@ -57,6 +58,17 @@ struct PowerLossCheckCommand: ParsableCommand {
     var db: String
 
     func run() throws {
+        // SnapshotDB links a new database into place only once it is written and synced: a
+        // missing or empty file under the name was never one it created, and opening it would
+        // create an empty database there and report it whole.
+        guard let size = try? FileManager.default.attributesOfItem(atPath: db)[.size] as? NSNumber else {
+            print("bad no file at \(db)")
+            return
+        }
+        guard size.intValue > 0 else {
+            print("bad the database file is empty")
+            return
+        }
         do {
             let database = try Database(path: db)
             let (keys, counter, history) = try database.newConnection(name: "check").read { txn in
