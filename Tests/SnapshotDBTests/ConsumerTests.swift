@@ -262,6 +262,17 @@ extension ConsumerTests {
             }
             #expect(try await writer.read { try $0.count(inCollection: "doubles") } == 0)
             #expect(try await writer.read { try $0.count(inCollection: "applied") } == 3)
+            // Caught, the conflict still fails the transaction at its end.
+            do {
+                try await writer.readWrite { txn in
+                    for changeset in secondBatch.changesets { try Self.apply(changeset, in: txn) }
+                    try? indexer.acknowledge(secondBatch, in: txn)
+                }
+                Issue.record("a transaction that caught the conflict committed")
+            } catch let error as DatabaseError {
+                #expect(error.code == .consumerConflict, "\(error)")
+            }
+            #expect(try await writer.read { try $0.count(inCollection: "doubles") } == 0)
 
             // The second runner's next batch starts where it left off, which the first runner's
             // acknowledgement passed: refused too. The first runner goes on with two batches
@@ -300,6 +311,8 @@ extension ConsumerTests {
                 db.path,
                 "INSERT INTO snapshotdb_history(number, kind, date, token) VALUES (-9223372036854775808, 2, 0, 0)"
             )
+            // Before any purge, the history reads as it did: the row is no commit.
+            #expect(try writer.read { try $0.changes(after: 0) }.map(\.commit) == [1])
             for index in 1...30 {
                 try writer.readWrite { try $0.set(index, forKey: "k", inCollection: "c") }
             }

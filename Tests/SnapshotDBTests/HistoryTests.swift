@@ -548,14 +548,12 @@ extension HistoryTests {
         }
     }
 
-    /// Timeline: this process publishes commits 1...5 and caches n0 | a backup of commit 2 is put
-    /// back from outside | another process commits past 5 on the restored file | this process
-    /// advances: the rows after 5 belong to another history (row 5 has another token), so the
-    /// jump is one external changeset, the cache is dropped, and the values read are the file's.
     /// Another history at the very counter this process published (another database's file of
     /// as many commits restored over this one) is not taken for this one: the advance gets an
     /// external changeset, caches are dropped, and the next commit is numbered after it.
-    @Test func anotherHistoryAtTheSameCounterIsExternal() throws {
+    @Test(arguments: [false, true]) func anotherHistoryAtTheSameCounterIsExternal(withForeignWrite: Bool)
+        throws
+    {
         try withTemporaryDirectory { directory throws in
             let otherPath = directory.appendingPathComponent("other.sqlite").path
             do {
@@ -569,6 +567,14 @@ extension HistoryTests {
                     }
                 }
                 try other.close()
+            }
+            if withForeignWrite {
+                // The restored file carries a foreign write of its own, not sealed yet: its noted
+                // key does not say what changed either.
+                _ = try sqlite3(
+                    otherPath,
+                    "INSERT INTO snapshotdb_values(collection, key, data) VALUES ('notes', 'x', CAST('{}' AS BLOB))"
+                )
             }
             let path = directory.appendingPathComponent("mine.sqlite").path
             let db = try Database(path: path)
@@ -609,6 +615,10 @@ extension HistoryTests {
         }
     }
 
+    /// Timeline: this process publishes commits 1...5 and caches n0 | a backup of commit 2 is put
+    /// back from outside | another process commits past 5 on the restored file | this process
+    /// advances: the rows after 5 belong to another history (row 5 has another token), so the
+    /// jump is one external changeset, the cache is dropped, and the values read are the file's.
     @Test func aRestoreOvertakenByAnotherProcessIsExternalNotTakenForItsRows() throws {
         try withTemporaryDatabase { db throws in
             let writer = db.newConnection(name: "writer")

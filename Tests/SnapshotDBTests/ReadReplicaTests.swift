@@ -122,8 +122,6 @@ struct ReadReplicaTests {
         }
     }
 
-    /// A replica opens only through a registered VFS, on a SnapshotDB file of this schema, once
-    /// per process; Litestream's VFS needs its URL in the environment the process started with.
     /// A position taken on the primary at a commit its replica has not reached yet is not
     /// another history: the replica says `historyUnavailable` (advance later), and answers once
     /// it has the commit. (The replica here is a copy of the primary, as a restore makes it.)
@@ -160,6 +158,8 @@ struct ReadReplicaTests {
         }
     }
 
+    /// A replica opens only through a registered VFS, on a SnapshotDB file of this schema, once
+    /// per process; Litestream's VFS needs its URL in the environment the process started with.
     @Test func openingAReplicaSaysWhatIsMissing() throws {
         try withTemporaryDirectory { directory throws in
             let path = directory.appendingPathComponent("primary.sqlite").path

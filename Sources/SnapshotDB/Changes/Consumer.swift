@@ -96,7 +96,9 @@ public final class Consumer: Sendable {
     /// the first commits.
     ///
     /// - Throws: ``DatabaseError/Code/consumerConflict`` when the consumer's position is past
-    ///   the position the batch was read after; what ``acknowledge(through:in:)`` throws.
+    ///   the position the batch was read after: the transaction then fails at its end even if
+    ///   the error is caught, unless a savepoint around the batch's writes and this call rolls
+    ///   back; what ``acknowledge(through:in:)`` throws.
     public func acknowledge(_ batch: ConsumerBatch, in transaction: ReadWriteTransaction)
         throws(DatabaseError)
     {
@@ -104,11 +106,15 @@ public final class Consumer: Sendable {
         let row = try Self.row(name, handle: try transaction.core.handle(), path: database.path)
         if row.expired { throw expiredError() }
         guard row.position <= batch.after else {
-            throw DatabaseError(
+            let error = DatabaseError(
                 .consumerConflict,
                 "consumer '\(name)' is at commit \(row.position), past commit \(batch.after) that this batch "
                     + "was read after: another runner of the consumer applied it; this transaction must not commit"
             )
+            // Caught or not, the transaction fails at its end (a savepoint around the batch's
+            // writes and this call may roll them back and go on).
+            transaction.refuseCommit(error)
+            throw error
         }
         try acknowledge(through: batch.commit, in: transaction)
     }

@@ -59,8 +59,9 @@ extension ReadTransaction {
     ///
     /// - Throws: ``DatabaseError/Code/historyUnavailable`` when the history no longer reaches
     ///   back to `commit` (purged, or before the file's upgrade to durable history), naming the
-    ///   range; ``DatabaseError/Code/historyMismatch`` when `commit` is after the newest commit
-    ///   of the file (the position is not of this file's history); `corrupt` naming the commit
+    ///   range, or (on a read replica) when `commit` is after the newest commit the replica
+    ///   holds yet; ``DatabaseError/Code/historyMismatch`` when `commit` is after the newest
+    ///   commit of the file (the position is not of this file's history); `corrupt` naming the commit
     ///   whose history row a foreign client damaged; `transactionEnded` after the closure
     ///   returned.
     public func changes(after commit: UInt64) throws(DatabaseError) -> [Changeset] {

@@ -26,9 +26,11 @@ public final class Connection: Sendable {
     private let queue: DispatchQueue
     private let core: ConnectionCore
     private let record: ConnectionRecord
-    /// How many `async` calls were handed to the queue (for tests: a call queued behind a
-    /// running one, see ``QueuedCallCount``).
-    let queuedAsyncCalls = QueuedCallCount()
+    #if DEBUG
+        /// How many `async` calls were handed to the queue (for tests: a call queued behind a
+        /// running one, see ``QueuedCallCount``; debug builds only).
+        let queuedAsyncCalls = QueuedCallCount()
+    #endif
 
     init(database: Database, name: String) {
         self.name = name
@@ -119,7 +121,9 @@ public final class Connection: Sendable {
                     // resumes: the last reference must not be the one this block drops later.
                     continuation.resume(with: result)
                 }
-                queuedAsyncCalls.increment()
+                #if DEBUG
+                    queuedAsyncCalls.increment()
+                #endif
             }
         } onCancel: {
             cancellation.cancel()

@@ -29,7 +29,6 @@ final class ReadInterruption: Sendable {
     private let cancellation: TaskCancellation?
     private let firedReason = Atomic<Int>(Reason.none.rawValue)
 
-    /// `nil` when there is nothing to check: no limit and no task to cancel.
     /// Refuses a negative per-read limit, as the open refuses a negative
     /// ``Configuration/readTimeLimit``: a limit already past would stop the read before its
     /// first statement, which is never what the caller meant.
@@ -38,6 +37,7 @@ final class ReadInterruption: Sendable {
         throw DatabaseError(.misuse, "read(timeLimit:) got \(limit); a time limit must be zero or more")
     }
 
+    /// `nil` when there is nothing to check: no limit and no task to cancel.
     static func make(limit: Duration?, cancellation: TaskCancellation?) -> ReadInterruption? {
         guard limit != nil || cancellation != nil else { return nil }
         return ReadInterruption(limit: limit, cancellation: cancellation)

@@ -468,10 +468,12 @@ extension Database {
         // restored over this one): the same, so that its external changeset drops caches and
         // advances see a change (on a replica, where nothing can be sealed, the reader reads
         // it unsealed, with its cache dropped).
-        if state.unsealed == 0, state.commit == published, let token = state.token,
-            let known = commitLog.latestToken, known.commit == published, known.token != token
+        // (Whatever the file's own unsealed count: a restored file may carry foreign writes of
+        // its own, which do not say what changed either.)
+        if state.commit == published, let token = state.token, let known = commitLog.latestToken,
+            known.commit == published, known.token != token
         {
-            state.unsealed = 1
+            state.unsealed = max(state.unsealed, 1)
             state.isAnotherHistory = true
         }
         if state.unsealed == 0, let header { learnCommit(state.commit, at: header) }

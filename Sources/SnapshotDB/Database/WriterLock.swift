@@ -18,8 +18,8 @@ internal import Foundation
 /// through another connection (`a.readWrite { b.readWrite { } }`) is refused as misuse
 /// instead of waiting for itself forever.
 ///
-/// `@unchecked Sendable`: `isHeld`, `owner`, `priorityWaiters` and `waitingWriters` are only
-/// read and written with `condition` locked.
+/// `@unchecked Sendable`: `isHeld`, `owner`, `priorityWaiters`, `waitingWriters` and
+/// `testWaiters` are only read and written with `condition` locked.
 final class WriterLock: @unchecked Sendable {
     private let condition = NSCondition()
     private var isHeld = false
@@ -27,6 +27,9 @@ final class WriterLock: @unchecked Sendable {
     private var priorityWaiters = 0
     /// Writers waiting in ``lock()`` (for tests, see ``waitForWaitingWriters(_:)``).
     private var waitingWriters = 0
+    /// Tests waiting in ``waitForWaitingWriters(_:)``: only then does a writer that begins to
+    /// wait broadcast, so that writers under contention wake each other no more than before.
+    private var testWaiters = 0
 
     /// Whether the current thread holds the lock: a read-write transaction of this database
     /// is open further out on this thread's stack.
@@ -42,8 +45,8 @@ final class WriterLock: @unchecked Sendable {
         condition.lock()
         if isHeld || priorityWaiters > 0 {
             waitingWriters += 1
-            // `waitForWaitingWriters(_:)` wakes (other writers waiting here wait again).
-            condition.broadcast()
+            // A test in `waitForWaitingWriters(_:)` wakes (and writers waiting here wait again).
+            if testWaiters > 0 { condition.broadcast() }
             while isHeld || priorityWaiters > 0 { condition.wait() }
             waitingWriters -= 1
         }
@@ -104,7 +107,11 @@ final class WriterLock: @unchecked Sendable {
     /// returns whether they do (for tests).
     func waitForWaitingWriters(_ count: Int, before deadline: Date) -> Bool {
         condition.lock()
-        defer { condition.unlock() }
+        testWaiters += 1
+        defer {
+            testWaiters -= 1
+            condition.unlock()
+        }
         while waitingWriters < count {
             if !condition.wait(until: deadline) { return waitingWriters >= count }
         }

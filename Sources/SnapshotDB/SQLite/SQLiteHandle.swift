@@ -322,15 +322,14 @@ enum SQL: Int, CaseIterable {
             // one seek down the right edge of its b-tree) and whether foreign writes are still
             // unsealed. NOT INDEXED: the meta rows sit in the table's one page, and scanning it
             // spares a read of the name index's page, which after another connection's commit
-            // (SQLite then drops its page cache) is a read from the WAL or the file. The outer
-            // join gives a row of NULLs for an empty history.
+            // (SQLite then drops its page cache) is a read from the WAL or the file. No row for
+            // an empty history (damaged metadata); no join, which SQLite would materialize.
             return """
-                SELECT h.number,
+                SELECT number,
                        (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external')
                      - (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external_sealed'),
-                       h.token
-                FROM (SELECT 1) LEFT JOIN
-                     (SELECT number, token FROM snapshotdb_history ORDER BY number DESC LIMIT 1) AS h
+                       token
+                FROM snapshotdb_history ORDER BY number DESC LIMIT 1
                 """
         case .fixSnapshot:
             // Reads one field of page 1, which every transaction reads anyway: the cheapest
@@ -346,7 +345,8 @@ enum SQL: Int, CaseIterable {
                 SELECT number, kind, date, process, connection, info, changes, token FROM snapshotdb_history
                 WHERE number > ?1 AND number <= ?2 ORDER BY number LIMIT ?3
                 """
-        case .historyFloor: return "SELECT min(number) FROM snapshotdb_history"
+        // A row a foreign client numbered below zero is no commit (the purge removes it).
+        case .historyFloor: return "SELECT min(number) FROM snapshotdb_history WHERE number >= 0"
         case .historyToken: return "SELECT token FROM snapshotdb_history WHERE number = ?1"
         case .foreignChanges:
             return """
@@ -485,7 +485,7 @@ extension SQLiteHandle {
     func readCommitState() throws(DatabaseError) -> CommitState {
         let statement = try statement(.readState)
         defer { statement.reset() }
-        // The scalar subqueries always give a row; NULLs mean rows were deleted.
+        // No row (an empty history) or NULLs (no meta rows) mean rows were deleted.
         guard try statement.step(), !statement.isNull(at: 0), !statement.isNull(at: 1) else {
             throw Schema.damagedMetadata(path: path)
         }

@@ -27,8 +27,10 @@ public final class ReadWriteTransaction: ReadTransaction {
         /// Whether the transaction wrote bookkeeping that is not a value (a consumer's
         /// acknowledgement): committed even when no value changed, with no commit number.
         var wroteBookkeeping = false
-        /// A write that failed after extension hooks had changed rows for it, and the scope it
-        /// failed in (see ``ReadWriteTransaction/keepingExtensionsInStep(_:_:)``).
+        /// A write that failed after extension hooks had changed rows for it, or another error
+        /// the transaction must not commit past, and the scope it failed in (see
+        /// ``ReadWriteTransaction/keepingExtensionsInStep(_:_:)`` and
+        /// ``ReadWriteTransaction/refuseCommit(_:)``).
         var outOfStep: (error: DatabaseError, depth: Int)?
         /// Counts the writes of values and the savepoint rollbacks: only grows, so a reader made
         /// before a change sees another count (``ViewReader``), whatever the change undid.
@@ -131,6 +133,14 @@ public final class ReadWriteTransaction: ReadTransaction {
             if ran { markOutOfStep(error) }
             throw error
         }
+    }
+
+    /// Makes the transaction fail at its end with `error` (the first such error wins), unless a
+    /// savepoint around the call that found it rolls back: for an error that a caller must not
+    /// be able to catch and commit past (a consumer's batch another runner applied).
+    func refuseCommit(_ error: DatabaseError) {
+        guard shared.outOfStep == nil else { return }
+        shared.outOfStep = (error, shared.rollbackRequests.count - 1)
     }
 
     private func markOutOfStep(_ error: DatabaseError) {

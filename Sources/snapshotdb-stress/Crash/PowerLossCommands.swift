@@ -48,7 +48,8 @@ struct PowerLossWorkloadCommand: ParsableCommand {
 /// library would create a database there), it must open, its commit counter must equal the
 /// number of values (each commit added one key), and its durable history must hold exactly one
 /// changeset per commit, naming that commit's key and `info` (a commit and its history row are
-/// one atomic unit). Prints `ok COMMIT KEYS` or `bad WHY`.
+/// one atomic unit), and every value must be the bytes its commit wrote. Prints `ok COMMIT KEYS`
+/// or `bad WHY`.
 struct PowerLossCheckCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "power-loss-check", abstract: "Check a replayed crash state with the library.",
@@ -71,8 +72,20 @@ struct PowerLossCheckCommand: ParsableCommand {
         }
         do {
             let database = try Database(path: db)
-            let (keys, counter, history) = try database.newConnection(name: "check").read { txn in
-                (try txn.keys(inCollection: "c"), txn.commit, try txn.changes(after: 0))
+            let (keys, counter, history, tornValue) = try database.newConnection(name: "check").read { txn in
+                let keys = try txn.keys(inCollection: "c")
+                // Every value is whole: `integrity_check` does not read a value's bytes, so a page
+                // torn inside a payload would pass it.
+                let torn = try keys.first { key in
+                    let commit = Int(key.dropFirst()) ?? 0
+                    return try txn.data(forKey: key, inCollection: "c")
+                        != Data(repeating: UInt8(commit % 251), count: 600)
+                }
+                return (keys, txn.commit, try txn.changes(after: 0), torn)
+            }
+            if let tornValue {
+                print("bad the value of \(tornValue) is not the bytes its commit wrote")
+                return
             }
             let numbers = keys.compactMap { Int($0.dropFirst()) }.sorted()
             guard numbers == Array(1...max(1, numbers.count)).prefix(numbers.count).map({ $0 }) else {
