@@ -42,6 +42,9 @@ final class ChildProcess {
 
     var processIdentifier: Int32 { process.processIdentifier }
 
+    /// Whether the child has not ended yet.
+    var isRunning: Bool { process.isRunning }
+
     /// Sends `SIGKILL`: the child gets no chance to flush, sync or clean up anything.
     func killNow() {
         kill(process.processIdentifier, SIGKILL)

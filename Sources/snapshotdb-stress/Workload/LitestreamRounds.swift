@@ -56,6 +56,8 @@ final class LitestreamRounds: @unchecked Sendable {
     private var random: SplitMix64
     private var process: ChildProcess?
     private(set) var report = LitestreamReport()
+    /// Whether a restore worked yet (see ``restore()``).
+    private var hasRestored = false
 
     init(
         executable: URL, directory: String, database: Database, control: RunControl, violations: Violations,
@@ -88,19 +90,32 @@ final class LitestreamRounds: @unchecked Sendable {
     }
 
     /// Ends Litestream: SIGTERM lets it finish its sync, SIGKILL cuts it wherever it is.
+    ///
+    /// A Litestream that had already ended on its own (it crashed, or gave up on the file) is a
+    /// violation, with what it wrote last: the run never ends it but here.
     private func end(killing: Bool) {
         guard let process else { return }
-        kill(process.processIdentifier, killing ? SIGKILL : SIGTERM)
-        _ = process.wait()
+        let endedOnItsOwn = !process.isRunning
+        if !endedOnItsOwn { kill(process.processIdentifier, killing ? SIGKILL : SIGTERM) }
+        let result = process.wait()
         self.process = nil
+        if endedOnItsOwn {
+            let said = String(decoding: result.errorOutput.suffix(600), as: UTF8.self)
+            violations.record("litestream ended on its own (\(result.termination)): \(said)")
+        }
     }
 
     /// The rounds, on a thread of their own while the workload runs.
+    ///
+    /// Every third round, the first included, restores and checks (a probe), so that a short run
+    /// checks restores against each other too; the others stop or kill Litestream at random.
     func run() {
+        var round = 0
         while control.shouldContinue {
             control.wait(until: .now + .milliseconds(Int64(700 + random.next() % 1_300)))
             guard control.shouldContinue else { break }
-            switch random.next() % 3 {
+            defer { round += 1 }
+            switch round % 3 {
             case 0:
                 probe()
             default:
@@ -157,14 +172,22 @@ final class LitestreamRounds: @unchecked Sendable {
     }
 
     /// `litestream restore` into the probe path; false when there is nothing to restore yet.
+    ///
+    /// Only before the first restore that worked: after it, a restore that fails is a violation
+    /// (a replica that a kill mid-sync left unrestorable must not pass because a later snapshot
+    /// healed it).
     private func restore() -> Bool {
         for suffix in ["", "-wal", "-shm", "-txid"] { unlink(probePath + suffix) }
-        guard
-            let result = try? ChildProcess.run(
-                executable, ["restore", "-o", probePath, "file://" + replica]),
-            result.termination == .exited(0)
-        else { return false }
-        return FileManager.default.fileExists(atPath: probePath)
+        let result = try? ChildProcess.run(executable, ["restore", "-o", probePath, "file://" + replica])
+        let restored = result?.termination == .exited(0) && FileManager.default.fileExists(atPath: probePath)
+        if restored {
+            hasRestored = true
+        } else if hasRestored {
+            let why =
+                result.map { "\($0.termination): \($0.errorOutput.suffix(600))" } ?? "it could not be started"
+            violations.record("litestream: a restore failed after one had worked: \(why)")
+        }
+        return restored
     }
 
     /// Checks the restored copy in full; returns its commit, or `nil` after recording why it
