@@ -2,8 +2,10 @@
 """Builds the states a power cut could leave from a trace (Tests/PowerLoss/trace.c) and checks each.
 
 The model, as in ALICE and CrashMonkey: a file's writes and truncations are durable once a sync of
-that file returned; later ones persist in any subset, each one whole, not at all, or torn at
-512-byte sectors (any subset of its sectors). Directory operations (create, link, rename, unlink) persist in order.
+that file returned (those made before the sync began: the trace marks both ends); later ones persist
+in any subset, each one whole, not at all, or torn at 512-byte sectors (any subset of its sectors).
+Directory operations (create, link, rename, unlink) are durable once a sync of the directory
+returned; later ones persist in order, up to any point (a prefix of them).
 
     replay.py TRACE --kind snapshotdb|sqlite --sync full|normal --states N --seed S
               --checker CMD  [--ignore-syncs]
@@ -44,10 +46,33 @@ class File:
     def __init__(self):
         self.durable = bytearray()
         self.pending = []  # ('W', offset, bytes) or ('T', size)
+        self.sync_began = None  # how many pending operations there were when a sync began
+
+    def begin_sync(self):
+        self.sync_began = len(self.pending)
 
     def sync(self):
-        self.durable = apply(self.durable, self.pending, None)
-        self.pending = []
+        count = len(self.pending) if self.sync_began is None else self.sync_began
+        self.durable = apply(self.durable, self.pending[:count], None)
+        self.pending = self.pending[count:]
+        self.sync_began = None
+
+
+def apply_names(mapping, operations):
+    """The directory after `operations` (create, link, rename, unlink), in order."""
+    mapping = dict(mapping)
+    for operation in operations:
+        kind, name = operation[0], operation[1]
+        if kind == 'create':
+            mapping[name] = operation[2]
+        elif kind in ('link', 'rename'):
+            if name in mapping:
+                mapping[operation[2]] = mapping[name]
+                if kind == 'rename':
+                    del mapping[name]
+        elif kind == 'unlink':
+            mapping.pop(name, None)
+    return mapping
 
 
 def apply(content, ops, random_source):
@@ -74,42 +99,64 @@ def apply(content, ops, random_source):
     return content
 
 
-def build(ops, point, random_source, ignore_syncs):
-    files, names, acked = {}, {}, 0
+def build(ops, point, random_source, ignore_syncs, directory):
+    # `names` is the directory as the process saw it; `durable_names` as of its last sync, with
+    # the name operations made since in `name_ops`.
+    names, durable_names, name_ops, acked, opened = {}, {}, [], 0, False
+
+    def known(name):
+        # A file first met by a write or a sync (opened before the trace began) was always there.
+        if name not in names:
+            names[name] = File()
+            durable_names[name] = names[name]
+        return names[name]
+
     index = 0
     while index <= point:
         op, name, offset, count, payload = ops[index]
         if op == 'M':
             for line in payload.decode().split('\n'):
                 if line:
-                    acked = max(acked, int(line.split()[1]))
+                    if line == 'opened':
+                        opened = True
+                    else:
+                        acked = max(acked, int(line.split()[1]))
         elif op == 'C':
             if name not in names:
                 names[name] = File()
+                name_ops.append(('create', name, names[name]))
             elif offset == 1:
                 names[name].pending.append(('T', 0))
         elif op in 'LR':
             if index + 1 < len(ops):
                 target = ops[index + 1][1]
-                if name in names:
-                    names[target] = names[name]
-                    if op == 'R':
-                        del names[name]
+                operation = ('link' if op == 'L' else 'rename', name, target)
+                names = apply_names(names, [operation])
+                name_ops.append(operation)
                 index += 1
         elif op == 'U':
             names.pop(name, None)
+            name_ops.append(('unlink', name))
         elif op == 'W':
-            names.setdefault(name, File()).pending.append(('W', offset, payload))
+            known(name).pending.append(('W', offset, payload))
         elif op == 'T':
-            names.setdefault(name, File()).pending.append(('T', offset))
-        elif op == 'S' and not ignore_syncs:
+            known(name).pending.append(('T', offset))
+        elif op == 'B' and not ignore_syncs:
             if name in names:
+                names[name].begin_sync()
+        elif op == 'S' and not ignore_syncs:
+            if name == directory:
+                durable_names = apply_names(durable_names, name_ops)
+                name_ops = []
+            elif name in names:
                 names[name].sync()
         index += 1
+    # The directory at the cut: its durable names and a prefix of the operations since.
+    kept = random_source.randint(0, len(name_ops)) if random_source else len(name_ops)
     state = {}
-    for name, file in names.items():
+    for name, file in apply_names(durable_names, name_ops[:kept]).items():
         state[name] = bytes(apply(file.durable, file.pending, random_source))
-    return state, acked
+    return state, acked, opened
 
 
 def write_state(state, directory):
@@ -121,7 +168,7 @@ def write_state(state, directory):
             handle.write(content)
 
 
-def check(state, directory, database, kind, checker, acked, durable):
+def check(state, directory, database, kind, checker, acked, durable, opened):
     """The state's first problem, or None; and whether the library's own check (on its own copy,
     run even when the shell's check failed) found one."""
     # Two copies of the state: the sqlite3 shell's check, even read-only, must never be what the
@@ -133,7 +180,14 @@ def check(state, directory, database, kind, checker, acked, durable):
     path = os.path.join(directory, os.path.basename(database))
     library_path = os.path.join(library_directory, os.path.basename(database))
     if not os.path.exists(path):
-        return (None if acked == 0 or not durable else f'database missing after {acked} acknowledged commits'), False
+        # Plain SQLite never syncs the directory after creating the database file (only after
+        # creating a journal or a WAL), so its name may be lost with everything in it; SnapshotDB
+        # syncs the directory before the open returns.
+        if kind == 'snapshotdb' and opened:
+            return 'database missing after Database(path:) returned (its creation was not durable)', False
+        if acked == 0 or not durable or kind == 'sqlite':
+            return None, False
+        return f'database missing after {acked} acknowledged commits', False
     # SnapshotDB creates a database under a temporary name, syncs it and links it into place, so
     # the name never holds an empty file or one that is not a database. Plain SQLite creates the
     # file in place: a cut before its first sync may leave either.
@@ -219,10 +273,11 @@ def main():
     most_acked = 0
     try:
         for point in points:
-            state, acked = build(ops, point, random_source, arguments.ignore_syncs)
+            state, acked, opened = build(ops, point, random_source, arguments.ignore_syncs,
+                                         os.path.dirname(arguments.database))
             most_acked = max(most_acked, acked)
             problem, library_found = check(state, directory, arguments.database, arguments.kind,
-                                           arguments.checker.split(), acked, arguments.sync == 'full')
+                                           arguments.checker.split(), acked, arguments.sync == 'full', opened)
             if library_found:
                 beyond_shell += 1
             if problem:

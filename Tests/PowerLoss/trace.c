@@ -66,6 +66,11 @@ static void setup(void) {
 
 static int tracked(const char *path) {
     if (!path || logFD < 0) return 0;
+    // The directory itself (the prefix without its trailing '/'): its fsync makes the names
+    // created, linked, renamed and unlinked in it durable.
+    size_t prefixLength = prefix ? strlen(prefix) : 0;
+    if (prefixLength > 1 && strlen(path) == prefixLength - 1 && strncmp(path, prefix, prefixLength - 1) == 0)
+        return 1;
     if (prefix && strncmp(path, prefix, strlen(prefix)) == 0) {
         size_t length = strlen(path);
         return !(length > 4 && strcmp(path + length - 4, "-shm") == 0);
@@ -197,13 +202,20 @@ int ftruncate64(int fd, off_t length) {
 
 int ftruncate(int fd, off_t length) __attribute__((alias("ftruncate64")));
 
+// 'B' marks where a sync began and 'S' where it returned: only the writes recorded before the
+// 'B' are durable at the 'S' (a write another thread makes during the sync may or may not be).
 static int syncWith(int (*call)(int), int fd) {
     setup();
-    int result = call(fd);
     pthread_mutex_lock(&lock);
     const char *path = pathOf(fd);
-    if (path && result == 0) record('S', path, 0, 0, NULL);
+    char *began = path ? strdup(path) : NULL;
+    if (began) record('B', began, 0, 0, NULL);
     pthread_mutex_unlock(&lock);
+    int result = call(fd);
+    pthread_mutex_lock(&lock);
+    if (began && result == 0) record('S', began, 0, 0, NULL);
+    pthread_mutex_unlock(&lock);
+    free(began);
     return result;
 }
 

@@ -4,8 +4,8 @@ internal import SnapshotDB
 
 /// The workload of the power-loss test (`Scripts/powerloss.sh`), run under a tracer that records
 /// every write and sync: creates a database, makes one-key commits with small checkpoint steps
-/// (so automatic WAL resets and a TRUNCATE checkpoint happen), and writes `ack N` to the marks
-/// file after each commit returned.
+/// (so automatic WAL resets and a TRUNCATE checkpoint happen), and writes `opened` to the marks
+/// file once the open returned and `ack N` after each commit returned.
 struct PowerLossWorkloadCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "power-loss-workload", abstract: "The traced workload of the power-loss test.",
@@ -31,6 +31,9 @@ struct PowerLossWorkloadCommand: ParsableCommand {
         let database = try Database(path: db, configuration: configuration)
         let writer = database.newConnection(name: "writer")
         let acknowledgements = try FileHandle(forWritingTo: URL(fileURLWithPath: marks))
+        // The open returned: from here the file must be there after any cut (its creation is
+        // durable, whatever `synchronous` says of commits).
+        try acknowledgements.write(contentsOf: Data("opened\n".utf8))
         for commit in 1...commits {
             try writer.readWrite { txn in
                 try txn.setData(
