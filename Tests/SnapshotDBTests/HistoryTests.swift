@@ -588,6 +588,8 @@ extension HistoryTests {
             }
             let ui = db.newConnection(name: "ui")
             try ui.beginLongLivedReadTransaction()
+            let mine = try ui.read { try $0.position() }
+            #expect(mine.databaseIdentity == db.identity)
             #expect(
                 try ui.read { try $0.value(forKey: "n0", inCollection: "notes", as: Note.self)?.title }
                     == "mine 4")
@@ -611,6 +613,13 @@ extension HistoryTests {
                     inCollection: "notes")
             }
             #expect(db.latestCommit == 7)
+            // Positions are the restored file's: one of the file that was there is refused.
+            let theirs = try writer.read { try $0.position() }
+            #expect(theirs.databaseIdentity != db.identity)
+            #expect(try writer.read { try $0.changes(after: theirs) }.isEmpty)
+            let refused = expectError(.historyMismatch) { try writer.read { try $0.changes(after: mine) } }
+            #expect(
+                refused?.message.contains("another database file") == true, "\(String(describing: refused))")
             try db.close()
         }
     }

@@ -95,10 +95,14 @@ extension ReadTransaction {
     public func position() throws(DatabaseError) -> HistoryPosition {
         try checkActive()
         let handle = try core.handle()
-        guard let token = try History.token(of: commit, on: handle) else {
+        guard let token = try History.token(of: commit, on: handle),
+            let identity = try History.identity(on: handle)
+        else {
             throw Schema.damagedMetadata(path: core.database.path)
         }
-        return HistoryPosition(databaseIdentity: core.database.identity, commit: commit, token: token)
+        // The snapshot's identity, not the one read at the open: another file restored over this
+        // one since is another database, and its positions are its own.
+        return HistoryPosition(databaseIdentity: identity, commit: commit, token: token)
     }
 
     /// Throws unless the history of this snapshot holds every commit after `commit`.
@@ -139,7 +143,9 @@ extension ReadTransaction {
     /// Throws unless `position` belongs to this file's history, as this snapshot holds it.
     func check(_ position: HistoryPosition, handle: SQLiteHandle) throws(DatabaseError) {
         let path = core.database.path
-        let identity = core.database.identity
+        guard let identity = try History.identity(on: handle) else {
+            throw Schema.damagedMetadata(path: path)
+        }
         guard position.databaseIdentity == identity else {
             throw DatabaseError(
                 .historyMismatch,

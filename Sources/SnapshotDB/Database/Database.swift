@@ -39,7 +39,9 @@ public final class Database: Sendable {
     }
     /// The file's identity: a random number drawn when the file was created (or upgraded to
     /// durable history), kept by every copy of it. A ``HistoryPosition`` carries it, so that a
-    /// position of another file is refused.
+    /// position of another file is refused. This is the identity read at the open; positions
+    /// carry (and are checked against) the identity of the snapshot they are taken or used in,
+    /// which differs once another file was restored over the open one.
     public let identity: UInt64
     /// The VFS and name of a read replica (``init(replica:vfs:configuration:)``), or `nil` for a
     /// file this process writes.
