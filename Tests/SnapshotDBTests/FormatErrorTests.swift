@@ -114,6 +114,26 @@ struct FormatErrorTests {
         }
     }
 
+    /// A `-wal` that is its header alone is no WAL to SQLite (its recovery reads a header only
+    /// with frames after it), whatever version the header names: the open goes on with the
+    /// commits of the main file, as SQLite's own shell does.
+    @Test func aWALOfAHeaderAloneIsIgnoredWhateverItsVersion() throws {
+        try withTemporaryDirectory { directory throws in
+            let copy = try CrashCopy.make(in: directory)
+            var wal = try Data(contentsOf: URL(fileURLWithPath: copy.walPath)).prefix(32)
+            wal[7] ^= 0x01
+            Self.sealWALHeader(&wal)
+            try? FileManager.default.removeItem(atPath: copy.sharedMemoryPath)
+            try Data(wal).write(to: URL(fileURLWithPath: copy.walPath))
+            let db = try Database(path: copy.path)
+            #expect(db.latestCommit == CrashCopy.checkpointedCommits)
+            try db.close()
+            #expect(
+                try sqlite3(copy.path, "SELECT max(number) FROM snapshotdb_history")
+                    == "\(CrashCopy.checkpointedCommits)\n")
+        }
+    }
+
     /// The advice of the `-wal` error works: with the `-wal` and `-shm` moved aside, the
     /// database opens with the commits its main file holds.
     @Test func movingAnUnreadableWALAsideOpensTheCheckpointedCommits() throws {

@@ -72,10 +72,11 @@ extension Schema {
 
     /// Refuses a `-wal` whose header SQLite's recovery would accept as intact (magic, page
     /// size and checksum right) and then refuse for its version: SQLite then fails every read
-    /// with "unable to open database file".
+    /// with "unable to open database file". A `-wal` of its header alone is not checked: SQLite's
+    /// recovery reads the header only when frames follow it, so it ignores that file.
     private static func checkWALHeader(_ path: String) throws(DatabaseError) {
         let walPath = path + "-wal"
-        guard let header = readPrefix(of: walPath, count: 32), header.count == 32 else { return }
+        guard let header = readPrefix(of: walPath, count: 33), header.count == 33 else { return }
         let magic = bigEndian32(header, at: 0)
         let pageSize = bigEndian32(header, at: 8)
         guard magic & 0xFFFF_FFFE == 0x377F_0682, pageSize >= 512, pageSize <= 65536,
