@@ -337,7 +337,7 @@ extension ConsumerTests {
             let reopened = try Database(path: db.path, configuration: configuration)
             // The first step fails as a full disk would: its error is thrown, nothing is purged.
             reopened.faults.arm(.purge)
-            let error = expectError(.sqlite) { try reopened.purgeHistory() }
+            let error = expectError(.ioError) { try reopened.purgeHistory() }
             #expect(error?.message.contains("injected fault: purge") == true, "\(String(describing: error))")
             let rows = try sqlite3(db.path, "SELECT count(*) FROM snapshotdb_history")
             #expect(rows == "31\n", "\(rows)")

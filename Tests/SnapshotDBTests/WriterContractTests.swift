@@ -24,7 +24,7 @@ struct WriterContractTests {
             try Self.write(writer, "b")
             try Self.write(writer, "c")
             db.faults.arm(.beginRead)
-            expectError(.sqlite) { try ui.beginLongLivedReadTransaction() }
+            expectError(.ioError) { try ui.beginLongLivedReadTransaction() }
             #expect(!ui.isInLongLivedReadTransaction)
             try Self.write(writer, "d")
             let changes = try ui.beginLongLivedReadTransaction()
@@ -41,7 +41,7 @@ struct WriterContractTests {
             try Self.write(writer, "a")
             try ui.beginLongLivedReadTransaction()
             db.faults.arm(.commit)
-            expectError(.sqlite) { try Self.write(writer, "lost") }
+            expectError(.ioError) { try Self.write(writer, "lost") }
             #expect(db.latestCommit == 1)
             #expect(try writer.read { try $0.hasValue(forKey: "lost", inCollection: "c") } == false)
             try Self.write(writer, "b")
@@ -55,7 +55,7 @@ struct WriterContractTests {
         try withTemporaryDatabase { db throws in
             let writer = db.newConnection(name: "writer")
             db.faults.arm(.savepointRollback)
-            let error = expectError(.sqlite) {
+            let error = expectError(.ioError) {
                 try writer.readWrite { txn in
                     try txn.set(Item(title: "outer"), forKey: "outer", inCollection: "c")
                     try? txn.savepoint { txn in
@@ -388,13 +388,13 @@ extension WriterContractTests {
                     Note(title: "a", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
             }
             db.faults.arm(.commit)
-            expectError(.sqlite) { try db.unregister("byTitle") }
+            expectError(.ioError) { try db.unregister("byTitle") }
             #expect(db.registeredExtensions == ["byTitle"])
             db.faults.arm(.commit)
             let other = View<Note>(
                 name: "byTitle", version: "2", collections: ["notes"], group: { _, _, note in note.folder },
                 areInIncreasingOrder: { $0.title > $1.title })
-            expectError(.sqlite) { try db.register(other) }
+            expectError(.ioError) { try db.register(other) }
             #expect(db.registeredExtensions == ["byTitle"])
             try writer.readWrite {
                 try $0.set(

@@ -1,3 +1,4 @@
+internal import CSQLite
 internal import SnapshotDBLocking
 
 /// Faults that tests inject into branches the release code cannot reach on demand: a bookmark
@@ -47,8 +48,9 @@ final class FaultInjector: Sendable {
         #endif
     }
 
-    /// The error an injected fault throws.
+    /// The error an injected fault throws: SQLite's I/O error, mapped as a real one is
+    /// (`ioError`), so that tests see the code a failing device gives.
     static func error(_ fault: Fault) -> DatabaseError {
-        DatabaseError(.sqlite, "injected fault: \(fault)", sqliteCode: 10)  // SQLITE_IOERR
+        DatabaseError.sqlite(SQLITE_IOERR, message: "injected fault: \(fault)")
     }
 }
