@@ -29,6 +29,10 @@ struct HistoryToolTests {
             }
             try writer.readWrite { try $0.removeValue(forKey: "n1", inCollection: "notes") }
             try writer.readWrite { try $0.removeAll(inCollection: "c") }
+            // A row a foreign client numbered below zero is no commit, to the tool as to the library.
+            _ = try sqlite3(
+                db.path,
+                "INSERT INTO snapshotdb_history(number, kind, date, token) VALUES (-9223372036854775808, 1, 0, 0)")
             let ui = db.newConnection(name: "ui")
             try ui.beginLongLivedReadTransaction()  // a live reader: the -wal and -shm are in use
             let expected = try writer.read { try $0.changes(after: 0) }
@@ -53,6 +57,7 @@ struct HistoryToolTests {
                 #expect(entry["keysKnown"] as? Bool == true)
             }
             #expect(document["newestCommit"] as? Int == Int(db.latestCommit))
+            #expect(document["oldestCommit"] as? Int == 0)
             let consumers = try #require(document["consumers"] as? [[String: Any]])
             #expect(consumers.first?["name"] as? String == "uploader")
 

@@ -41,6 +41,9 @@ enum HistoryTableReader {
         try reader.scanTable(rootPage: historyRoot) {
             (rowid: Int64, row: [RecordValue]) throws(PageReadFailure) -> Bool in
             // snapshotdb_history(number, kind, date, process, connection, token, info, changes)
+            // A row a foreign client numbered below zero is no commit (the library ignores it,
+            // and its purge removes it).
+            guard rowid >= 0 else { return false }
             let number = UInt64(bitPattern: rowid)
             let info = row.count > 6 ? text(row[6]) : nil
             let changes: [UInt8]? = row.count > 7 ? (row[7] == .null ? nil : bytes(row[7])) : nil
