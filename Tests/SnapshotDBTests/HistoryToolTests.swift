@@ -32,7 +32,8 @@ struct HistoryToolTests {
             // A row a foreign client numbered below zero is no commit, to the tool as to the library.
             _ = try sqlite3(
                 db.path,
-                "INSERT INTO snapshotdb_history(number, kind, date, token) VALUES (-9223372036854775808, 1, 0, 0)")
+                "INSERT INTO snapshotdb_history(number, kind, date, token) VALUES (-9223372036854775808, 1, 0, 0)"
+            )
             let ui = db.newConnection(name: "ui")
             try ui.beginLongLivedReadTransaction()  // a live reader: the -wal and -shm are in use
             let expected = try writer.read { try $0.changes(after: 0) }
