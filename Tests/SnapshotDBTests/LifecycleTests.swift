@@ -90,6 +90,47 @@ struct LifecycleTests {
         ]
     }
 
+    /// The descriptors of this process open on `path`, its `-wal` or its `-shm`.
+    static func descriptors(on path: String) -> [String] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return entries.compactMap { entry in
+            try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(entry)")
+        }.filter { $0 == path || $0 == path + "-wal" || $0 == path + "-shm" }
+    }
+
+    /// Readers kept past their transaction's closure hold no SQLite handle: `close()` closes
+    /// every one (a reader held its transaction, and through it its handle, and the file stayed
+    /// open), and an index or search reader says its transaction ended.
+    @Test func readersKeptPastTheirTransactionKeepNoHandleOpen() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("reader.sqlite").path
+            let db = try Database(path: path)
+            try db.register([ViewTests.byTitle, IndexTests.people, IndexTests.articles])
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite {
+                try $0.set(
+                    Note(title: "a", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
+                try $0.set(Person(city: "Oslo", age: 30, score: nil), forKey: "p1", inCollection: "people")
+                try $0.set(Article(title: "t", body: "b"), forKey: "a1", inCollection: "articles")
+            }
+            var kept: ViewReader?
+            var index: IndexReader?
+            var search: SearchReader?
+            try db.newConnection(name: "ui").read { txn in
+                kept = try txn.view(named: "byTitle")
+                index = try txn.index(named: "people")
+                search = try txn.search(named: "articles")
+            }
+            expectError(.transactionEnded) { try index?.keys(where: "age > 0") }
+            expectError(.transactionEnded) { try search?.keys(matching: "t") }
+            try db.close()
+            #expect(Self.descriptors(on: path) == [], "descriptors left open: \(Self.descriptors(on: path))")
+            // What the view reader read at its commit stays readable.
+            #expect(kept?.count == 1)
+            #expect(kept?.groups == ["inbox"])
+        }
+    }
+
     @Test func closeFromInsideATransactionIsMisuse() throws {
         try withTemporaryDatabase { db throws in
             let writer = db.newConnection(name: "writer")

@@ -37,7 +37,26 @@ public class ReadTransaction {
         self.commit = commit
     }
 
-    func end() { isActive = false }
+    func end() {
+        isActive = false
+        let actions = endActions
+        endActions = []
+        for action in actions { action() }
+    }
+
+    /// What to do when the transaction ends (its closure returned): readers made from it let go
+    /// of the SQLite handle, so that one kept past its closure keeps no handle open after
+    /// ``Database/close()``.
+    private var endActions: [() -> Void] = []
+
+    /// The error of a reader (of `what`) used after its transaction's closure returned.
+    static func endedError(reading what: String) -> DatabaseError {
+        DatabaseError(.transactionEnded, "\(what) was read after its transaction's closure returned")
+    }
+
+    func onEnd(_ action: @escaping () -> Void) {
+        if isActive { endActions.append(action) } else { action() }
+    }
 
     func checkActive() throws(DatabaseError) {
         if let failure {

@@ -28,12 +28,25 @@ extension ReadTransaction {
 /// and the error is thrown by the transaction's next throwing call (and by
 /// ``changes(for:)``), or else by the `read`/`readWrite` call when the closure returns (a write
 /// transaction then rolls back), so it is never lost.
+///
+/// Like its transaction, a reader is valid only inside the transaction's closure. One kept past
+/// it (stored in a variable outside) holds no SQLite handle: its `groups` and counts stay those
+/// of its commit, its item and position questions answer `nil` or `[]` (debug builds stop there
+/// with an assertion), and its throwing calls throw `transactionEnded`.
 public final class ViewReader {
     /// The view's name.
     public let name: String
-    private let transaction: ReadTransaction
-    private let pages: ViewPages
-    private let ranking: any ViewRanking
+    /// Weak: a reader kept past its transaction's closure must not keep the transaction, and
+    /// through it the connection and its SQLite handle, alive.
+    private weak var openTransaction: ReadTransaction?
+    /// The view's pages, read through the transaction's SQLite handle; `nil` once the
+    /// transaction ended (the reader then holds no handle).
+    private var openPages: ViewPages?
+    /// The view's groups and their counts at the transaction's commit.
+    private let layout: ViewLayout
+    /// The view's order, which reads values through the transaction's handle; `nil` once the
+    /// transaction ended.
+    private var openRanking: (any ViewRanking)?
     /// The groups that hold at least one item, sorted.
     public let groups: [String]
     /// In a read-write transaction, how many writes it had made when this reader was made: the
@@ -44,21 +57,48 @@ public final class ViewReader {
         throws(DatabaseError)
     {
         self.name = name
-        self.transaction = transaction
-        self.ranking = ranking
+        openTransaction = transaction
+        openRanking = ranking
         let layout = try ViewLayout.current(
             name: name, context: context, transaction: transaction, keyed: ranking.keyed)
-        pages = ViewPages(
+        self.layout = layout
+        openPages = ViewPages(
             handle: context.handle, prefix: context.tablePrefix, keyed: ranking.keyed, layout: layout)
         groups = layout.groupNames
         writesWhenMade = (transaction as? ReadWriteTransaction)?.writeGeneration
+        transaction.onEnd { [weak self] in
+            self?.openPages = nil
+            self?.openRanking = nil
+        }
+    }
+
+    /// The transaction, while it is open.
+    private func transaction() throws(DatabaseError) -> ReadTransaction {
+        guard let openTransaction else { throw ended }
+        try openTransaction.checkActive()
+        return openTransaction
+    }
+
+    private var ended: DatabaseError {
+        DatabaseError(
+            .transactionEnded, "the view '\(name)' was read after its transaction's closure returned")
+    }
+
+    /// The pages, while the transaction is open.
+    private func pages() throws(DatabaseError) -> ViewPages {
+        _ = try transaction()
+        guard let openPages else {
+            throw DatabaseError(
+                .transactionEnded, "the view '\(name)' was read after its transaction's closure returned")
+        }
+        return openPages
     }
 
     /// Throws `misuse` when the read-write transaction wrote since this reader was made: its
     /// layout is the view's before those writes (whose pages may be gone), so it could answer
     /// wrong or report damage that is not there.
     private func checkCurrent() throws(DatabaseError) {
-        guard let writesWhenMade, let write = transaction as? ReadWriteTransaction,
+        guard let writesWhenMade, let write = openTransaction as? ReadWriteTransaction,
             write.writeGeneration != writesWhenMade
         else { return }
         throw DatabaseError(
@@ -67,39 +107,45 @@ public final class ViewReader {
                 + "call view(named:) again after writing")
     }
 
-    private func reading<T>(_ fallback: T, _ body: () throws(DatabaseError) -> T) -> T {
+    private func reading<T>(_ fallback: T, _ body: (ViewPages) throws(DatabaseError) -> T) -> T {
         do {
-            try transaction.checkActive()
+            let pages = try pages()
             try checkCurrent()
-            return try body()
+            return try body(pages)
         } catch {
-            transaction.recordFailure(error)
+            // A reader kept past its transaction's closure (stored in a variable outside it)
+            // has no transaction to report to: it answers empty, which debug builds stop at.
+            assert(
+                error.code != .transactionEnded,
+                "ViewReader '\(name)' was used after its transaction's closure returned; "
+                    + "read the view inside the closure")
+            openTransaction?.recordFailure(error)
             return fallback
         }
     }
 
     /// How many items `group` holds (0 for a group not in the view).
-    public func count(inGroup group: String) -> Int { pages.layout.groups[group]?.count ?? 0 }
+    public func count(inGroup group: String) -> Int { layout.groups[group]?.count ?? 0 }
 
     /// How many items the view holds in all.
-    public var count: Int { pages.layout.groups.values.reduce(0) { $0 + $1.count } }
+    public var count: Int { layout.groups.values.reduce(0) { $0 + $1.count } }
 
     /// The item at `index` of `group`, or `nil` when there is none.
     public func item(at index: Int, inGroup group: String) -> ViewItem? {
         guard index >= 0, index < count(inGroup: group) else { return nil }
-        return reading(nil) { () throws(DatabaseError) in try pages.item(at: index, inGroup: group) }
+        return reading(nil) { (pages) throws(DatabaseError) in try pages.item(at: index, inGroup: group) }
     }
 
     /// Every item of `group`, in order (O(items)).
     public func items(inGroup group: String) -> [ViewItem] {
         guard count(inGroup: group) > 0 else { return [] }
-        return reading([]) { () throws(DatabaseError) in try pages.items(inGroup: group) }
+        return reading([]) { (pages) throws(DatabaseError) in try pages.items(inGroup: group) }
     }
 
     /// The group and index of `key` in `collection`, or `nil` when it is not in the view.
     public func index(ofKey key: String, inCollection collection: String) -> ViewIndex? {
         let item = ViewItem(collection: collection, key: key)
-        return reading(nil) { () throws(DatabaseError) in
+        return reading(nil) { (pages) throws(DatabaseError) in
             guard let location = try pages.location(of: item),
                 let index = try pages.index(of: item, page: location.page)
             else { return nil }
@@ -114,10 +160,10 @@ public final class ViewReader {
         throws(DatabaseError) -> T?
     {
         guard let item = item(at: index, inGroup: group) else {
-            try transaction.checkActive()
+            _ = try transaction()
             return nil
         }
-        return try transaction.value(forKey: item.key, inCollection: item.collection, as: T.self)
+        return try transaction().value(forKey: item.key, inCollection: item.collection, as: T.self)
     }
 
     /// Whether `changesets` hold a commit after which the view must be reloaded whole: one made
@@ -153,7 +199,7 @@ public final class ViewReader {
     public func changeSummary<Changesets: Sequence<Changeset>>(
         for changesets: Changesets, inGroups groups: Set<String>? = nil
     ) throws(DatabaseError) -> ViewChanges {
-        try transaction.checkActive()
+        _ = try transaction()
         let changesets = Array(changesets)
         if requiresReload(for: changesets) { return ViewChanges(isReload: true, sections: [], rows: []) }
         var before: [ViewItem: ViewCommitRecord.Before?] = [:]
@@ -163,6 +209,8 @@ public final class ViewReader {
                 before[item] = state
             }
         }
+        let pages = try pages()
+        guard let ranking = openRanking else { throw ended }
         let diff = try ViewDiff(before: before, pages: pages, ranking: ranking)
         return try diff.compute(inGroups: groups, currentGroups: self.groups)
     }
