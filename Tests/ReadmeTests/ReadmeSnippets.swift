@@ -79,7 +79,7 @@ func summary(ui: Connection) throws {
 // readme-snippet: limits
 func search(_ text: String, ui: Connection) async throws -> [ViewItem] {
     try await ui.read(timeLimit: .seconds(2)) { txn in
-        try txn.search(named: "notes").keys(matching: text, limit: 50)
+        try txn.search(named: "notes").keys(matching: SearchReader.query(forText: text), limit: 50)
     }
 }
 // end readme-snippet: limits

@@ -160,6 +160,39 @@ struct IndexTests {
         name: "articles", version: "1", collections: ["articles"], columns: ["title", "body"],
         extract: { _, _, article in ["title": article.title, "body": article.body] })
 
+    /// Text typed into a search box, with FTS5's punctuation and operators in it, is searched as
+    /// words through `query(forText:)`; raw, the same text is refused as `invalidQuery`.
+    @Test func searchBoxTextIsSearchedAsWords() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.articles)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                try txn.set(
+                    Article(
+                        title: "Mail", body: "send an e-mail about C++, don't stop: swift NOT OR \"quoted\""),
+                    forKey: "a1", inCollection: "articles")
+                try txn.set(
+                    Article(title: "Other", body: "nothing here"), forKey: "a2", inCollection: "articles")
+            }
+            try writer.read { txn throws in
+                let search = try txn.search(named: "articles")
+                for typed in [
+                    "e-mail", "C++", "don't", "swift:", "NOT", "stop OR", "\"quoted", "about  C++ ",
+                ] {
+                    expectError(.invalidQuery) { try search.keys(matching: typed) }
+                    let query = SearchReader.query(forText: typed)
+                    #expect(try search.keys(matching: query).map(\.key) == ["a1"], "\(typed) as \(query)")
+                }
+                #expect(try search.keys(matching: SearchReader.query(forText: "   ")) == [])
+                #expect(try search.keys(matching: SearchReader.query(forText: "e-mail nothing")) == [])
+                #expect(
+                    try search.keys(matching: SearchReader.query(forText: "sen", prefix: true)).map(\.key)
+                        == ["a1"])
+                #expect(try search.keys(matching: SearchReader.query(forText: "sen")) == [])
+            }
+        }
+    }
+
     /// An indexed text whose value changes only in Unicode normalization ("Café" composed, then
     /// decomposed: equal under Swift's `==`, two strings to SQLite) is written again, in a
     /// secondary index and in a full-text index: the indexes hold the new bytes.

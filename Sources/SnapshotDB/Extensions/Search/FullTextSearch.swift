@@ -272,6 +272,25 @@ public struct SearchReader {
     /// ``maximumQueryBytes``. 64 terms cost about 5 ms over 500 rows.
     public static let maximumQueryTerms = 64
 
+    /// An FTS5 query that matches `text` as a person typed it into a search box: every word
+    /// (split at white space) must appear, each as a phrase of its own, so that punctuation and
+    /// FTS5's operators in it are text, not syntax (`e-mail`, `C++`, `don't`, `swift:`, `NOT`,
+    /// a trailing `OR`, which ``keys(matching:limit:)`` refuses as `invalidQuery` when given
+    /// raw). With `prefix`, the last word also matches the words it begins (search as you
+    /// type). Text of white space alone gives a query that matches nothing.
+    ///
+    /// ```swift
+    /// let found = try txn.search(named: "notes").keys(matching: SearchReader.query(forText: box.text))
+    /// ```
+    public static func query(forText text: String, prefix: Bool = false) -> String {
+        let words = text.split(whereSeparator: \.isWhitespace)
+        guard !words.isEmpty else { return "\"\"" }
+        var query = words.map { "\"" + $0.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+            .joined(separator: " ")
+        if prefix { query += "*" }
+        return query
+    }
+
     /// The items matching `query` (FTS5 syntax), most relevant first (bm25), at most `limit`.
     ///
     /// - Throws: `invalidQuery` for a query that is not valid FTS5 syntax (an unterminated
