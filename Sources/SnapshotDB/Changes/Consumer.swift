@@ -132,9 +132,15 @@ public final class Consumer: Sendable {
     ///
     /// A batch is read when the loop asks for the next one, after the changesets of the last
     /// batch it yielded: acknowledge each batch in the transaction that applies it. After a
-    /// crash, the batches not acknowledged are given again. The sequence ends with the error a
-    /// read throws (``DatabaseError/Code/consumerExpired``, `databaseClosed`) or when the task
-    /// is cancelled.
+    /// crash, the batches not acknowledged are given again. The sequence throws the error a read
+    /// throws (``DatabaseError/Code/consumerExpired``, or `databaseClosed` for a read after
+    /// ``Database/close()``), and ends (`nil`) when the database closes while it waits for a
+    /// commit, or when the task is cancelled.
+    ///
+    /// The consumer's own commits are changesets too, and come back in the next batch: skip
+    /// those that touch none of the collections it derives from (`changeset.hasChange(
+    /// inCollection:)`), or a consumer that writes for every changeset feeds itself forever. A
+    /// transaction that only acknowledges makes no commit.
     ///
     /// A batch whose transaction failed is not given again by the same sequence, which has moved
     /// past it (so that a loop may acknowledge several batches at once): let the error end the

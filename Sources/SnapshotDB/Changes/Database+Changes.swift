@@ -44,7 +44,10 @@ extension Database {
     /// Calls `body` on `queue` with every commit published after this call, in commit order
     /// when `queue` is serial, until the returned observer is cancelled or released.
     ///
-    /// For code that does not use `async`/`await`; `changes()` is the async form.
+    /// For code that does not use `async`/`await`; `changes()` is the async form. The default
+    /// queue is the main queue, which only an app's run loop (or `dispatchMain()`) serves: in a
+    /// command-line program or a server that never runs it, pass a queue of your own, or
+    /// `body` is never called.
     public func addObserver(
         on queue: DispatchQueue = .main, _ body: @escaping @Sendable (Changeset) -> Void
     ) -> ChangeObserver {

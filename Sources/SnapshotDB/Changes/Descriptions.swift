@@ -2,7 +2,7 @@ internal import Foundation
 
 extension Changeset: CustomStringConvertible {
     /// One line for logs and debugging: the commit, who made it and what it changed, e.g.
-    /// `commit 12 by sync: set items["a", "b"]; removed items["c"]; cleared ["drafts"]; info ["source": "sync"]`.
+    /// `commit 12 by sync; set items["a", "b"]; removed items["c"]; cleared ["drafts"]; info ["source=sync"]`.
     /// At most ten keys per collection are named, then how many more.
     public var description: String {
         let commits =

@@ -264,8 +264,13 @@ public final class Database: Sendable {
     /// Registers `codec` for the values of `collection`; values of other collections keep the
     /// default JSON codec.
     ///
-    /// - Throws: ``DatabaseError/Code/misuse`` once any transaction has started: a codec that
-    ///   changed under live connections would misread what they cached; `databaseClosed` after
+    /// Register codecs right after the open, before any transaction, extension, consumer or
+    /// observer: the registry is frozen at the first use of a codec (a connection's first
+    /// decode or encode of a value, an extension's or consumer's first use), so a transaction
+    /// that has read no value yet leaves it open, but nothing promises which comes first.
+    ///
+    /// - Throws: ``DatabaseError/Code/misuse`` once the registry is frozen: a codec that changed
+    ///   under live connections would misread what they cached; `databaseClosed` after
     ///   ``close()``.
     public func register(_ codec: any ValueCodec, forCollection collection: String) throws(DatabaseError) {
         try checkOpen()
