@@ -141,6 +141,9 @@ struct DamagedFileTests {
             let before = try directoryContents(directory)
             let error = expectError(.corrupt) { try Database(path: path) }
             #expect(error?.message.contains("malformed") == true, "\(String(describing: error))")
+            #expect(
+                error?.message.contains(path) == true,
+                "the error names the file: \(String(describing: error))")
             #expect(try directoryContents(directory) == before)
             // The failed open released the path: a second attempt fails the same way.
             expectError(.corrupt) { try Database(path: path) }

@@ -54,6 +54,36 @@ struct OpenLogTests {
         }
     }
 
+    /// Another process reading the WAL at the open is what processes sharing a file do: the
+    /// open says so at notice level, naming the process, and warns of nothing.
+    @Test func anotherProcessReadingTheWALAtTheOpenIsANoticeNotAWarning() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("shared.sqlite").path
+            do {
+                let db = try Database(path: path)
+                try db.newConnection().readWrite { try $0.setData(Data([1]), forKey: "a", inCollection: "c") }
+                try db.close()
+            }
+            let reader = try SQLiteChild(
+                path: path, statements: ["BEGIN", "SELECT count(*) FROM snapshotdb_values"])
+            do {
+                let db = try Database(path: path)
+                try db.newConnection().readWrite { try $0.setData(Data([2]), forKey: "b", inCollection: "c") }
+                try db.close()  // the reader keeps the WAL: it stays
+            }
+            let logs = LogCapture()
+            var configuration = Configuration()
+            configuration.checkpointLogger = logs.logger
+            let db = try Database(path: path, configuration: configuration)
+            #expect(
+                logs.messages(at: .notice).contains { $0.contains("it cannot be reset while") },
+                "\(logs.messages(at: .notice))")
+            #expect(logs.messages(at: .warning) == [])
+            try db.close()
+            try reader.release()
+        }
+    }
+
     @Test(.enabled(if: ProcessInfo.processInfo.environment[childKey] != nil))
     func childOpensUnderFileSizeLimit() throws {
         let path = try #require(ProcessInfo.processInfo.environment[Self.childKey])

@@ -60,11 +60,13 @@ extension Checkpointer {
             logger.notice(
                 "\(walSize) (\(walFrames) frames); checkpointed and truncated it", metadata: metadata)
         case .success:
+            // Another process reading the file is what several processes sharing it do: worth a
+            // notice, not a warning (the monitor warns if the WAL then grows past its bounds).
             let readers = externalReaders()
             let culprits =
                 readers.isEmpty
                 ? "a reader in another process" : Self.culpritList(Self.culpritNames([], readers))
-            logger.warning(
+            logger.notice(
                 "\(walSize) (\(frames) frames, \(checkpointed) checkpointed); it cannot be reset while \(culprits) reads it",
                 metadata: metadata)
         case .failure(let error) where error.code == .readOnly:

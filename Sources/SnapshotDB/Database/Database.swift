@@ -140,7 +140,7 @@ public final class Database: Sendable {
             opened = try Self.openFile(at: resolved, configuration: configuration)
         } catch {
             OpenFiles.release(resolved)
-            throw Self.explainUnwritableDirectory(error, path: resolved)
+            throw Self.naming(resolved, in: Self.explainUnwritableDirectory(error, path: resolved))
         }
         self.init(path: resolved, replica: nil, opened: opened, configuration: configuration)
     }
@@ -310,6 +310,15 @@ public final class Database: Sendable {
             "\(path) cannot be read: its directory cannot be written (\(reason)), and SQLite needs to "
                 + "create the -wal and -shm files beside a WAL database to read it (\(error.message))",
             sqliteCode: sqliteCode)
+    }
+
+    /// `error` with `path` in its message: an open that fails always names the file (SQLite's
+    /// own messages, "database disk image is malformed", name none).
+    static func naming(_ path: String, in error: DatabaseError) -> DatabaseError {
+        guard !error.message.contains(path) else { return error }
+        return DatabaseError(
+            error.code, "\(path): \(error.message)", sqliteCode: error.sqliteCode, collection: error.collection,
+            key: error.key, typeName: error.typeName, cause: error.cause)
     }
 
     /// The absolute path of `path` with symlinks resolved; the file itself need not exist.
