@@ -317,7 +317,8 @@ public final class Database: Sendable {
     static func naming(_ path: String, in error: DatabaseError) -> DatabaseError {
         guard !error.message.contains(path) else { return error }
         return DatabaseError(
-            error.code, "\(path): \(error.message)", sqliteCode: error.sqliteCode, collection: error.collection,
+            error.code, "\(path): \(error.message)", sqliteCode: error.sqliteCode,
+            collection: error.collection,
             key: error.key, typeName: error.typeName, cause: error.cause)
     }
 
