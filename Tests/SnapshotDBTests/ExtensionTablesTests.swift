@@ -251,3 +251,35 @@ extension ExtensionTablesTests {
         }
     }
 }
+
+extension ExtensionTablesTests {
+    /// A process that did not register an extension the file has is told that registering it is
+    /// all it takes; one the file does not have is plainly unknown.
+    @Test func anUnregisteredExtensionTheFileHasSaysToRegisterIt() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("unregistered.sqlite").path
+            do {
+                let db = try Database(path: path)
+                try db.register([ViewTests.byTitle, IndexTests.people, IndexTests.articles])
+                try db.close()
+            }
+            let db = try Database(path: path)
+            try db.newConnection(name: "reader").read { txn in
+                for (what, read) in [
+                    ("view", { _ = try txn.view(named: "byTitle") }),
+                    ("secondary index", { _ = try txn.index(named: "people") }),
+                    ("full-text index", { _ = try txn.search(named: "articles") }),
+                ] as [(String, () throws -> Void)] {
+                    let error = expectError(.unknownExtension) { try read() }
+                    #expect(
+                        error?.message.contains("no \(what) named") == true
+                            && error?.message.contains("register it in this process") == true,
+                        "\(String(describing: error))")
+                }
+                let unknown = expectError(.unknownExtension) { try txn.view(named: "nothing") }
+                #expect(unknown?.message == "no view named 'nothing' is registered")
+            }
+            try db.close()
+        }
+    }
+}

@@ -7,7 +7,7 @@ extension ReadTransaction {
         guard let definition = core.database.extensionDefinition(named: name), definition.kind == "index",
             let columns = (definition as? any IndexDefinition)?.indexColumns
         else {
-            throw DatabaseError(.unknownExtension, "no secondary index named '\(name)' is registered")
+            throw unknownExtension("secondary index", named: name)
         }
         try checkInstalled(definition)
         return IndexReader(

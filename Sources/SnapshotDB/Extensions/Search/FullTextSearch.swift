@@ -225,7 +225,7 @@ extension ReadTransaction {
         guard let definition = core.database.extensionDefinition(named: name), definition.kind == "search",
             let columns = (definition as? any SearchDefinition)?.searchColumns
         else {
-            throw DatabaseError(.unknownExtension, "no full-text index named '\(name)' is registered")
+            throw unknownExtension("full-text index", named: name)
         }
         try checkInstalled(definition)
         return SearchReader(transaction: self, prefix: ExtensionContext.tablePrefix(name), columns: columns)

@@ -1,6 +1,21 @@
 internal import Foundation
 
 extension ReadTransaction {
+    /// The `unknownExtension` error for a `what` named `name` that this process did not
+    /// register: it says so when the file has one (another process registered it), since
+    /// registering it here is then all it takes.
+    func unknownExtension(_ what: String, named name: String) -> DatabaseError {
+        let installed = (try? core.handle()).flatMap { try? ExtensionCatalog.installed(name, handle: $0) }
+        guard let installed else {
+            return DatabaseError(.unknownExtension, "no \(what) named '\(name)' is registered")
+        }
+        return DatabaseError(
+            .unknownExtension,
+            "no \(what) named '\(name)' is registered in this process; the file has one (\(installed.kind) "
+                + "version '\(installed.version)', registered by another process): register it in this "
+                + "process to read it")
+    }
+
     /// The view registered as `name`, read at this transaction's commit.
     ///
     /// Valid only inside the transaction's closure, like the transaction.
@@ -9,7 +24,7 @@ extension ReadTransaction {
     ///   predates its registration (advance the bookmark); a ``DatabaseError`` from SQLite.
     public func view(named name: String) throws(DatabaseError) -> ViewReader {
         guard let definition = core.database.extensionDefinition(named: name) as? any ViewDefinition else {
-            throw DatabaseError(.unknownExtension, "no view named '\(name)' is registered")
+            throw unknownExtension("view", named: name)
         }
         try checkInstalled(definition)
         let context = try core.extensionContext(named: name, transaction: self)
