@@ -160,6 +160,57 @@ struct IndexTests {
         name: "articles", version: "1", collections: ["articles"], columns: ["title", "body"],
         extract: { _, _, article in ["title": article.title, "body": article.body] })
 
+    struct Chore: Codable, Sendable {
+        var title: String
+        var done: Bool
+        var due: Date?
+        var estimate: Double?
+    }
+
+    /// Booleans, dates and optionals from properties and variables: `.bool`, `.date` and the
+    /// optional initializers store what literals do, `nil` as `NULL`, and query arguments built
+    /// the same way find them.
+    @Test func booleansDatesAndOptionalsFromVariables() throws {
+        let chores = SecondaryIndex<Chore>(
+            name: "chores", version: "1", collections: ["chores"],
+            columns: [.integer("done"), .real("due"), .real("estimate"), .text("title")],
+            extract: { _, _, chore in
+                [
+                    "done": .bool(chore.done), "due": .date(chore.due),
+                    "estimate": IndexValue(chore.estimate),
+                    "title": IndexValue(chore.title),
+                ]
+            })
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        try withTemporaryDatabase { db throws in
+            try db.register(chores)
+            try db.newConnection(name: "writer").readWrite { txn in
+                try txn.set(
+                    Chore(title: "a", done: false, due: now, estimate: 1.5), forKey: "a",
+                    inCollection: "chores")
+                try txn.set(
+                    Chore(title: "b", done: false, due: now.addingTimeInterval(3_600), estimate: nil),
+                    forKey: "b",
+                    inCollection: "chores")
+                try txn.set(
+                    Chore(title: "c", done: true, due: nil, estimate: 2), forKey: "c", inCollection: "chores")
+            }
+            try db.newConnection(name: "reader").read { txn throws in
+                let index = try txn.index(named: "chores")
+                let showDone = false
+                let before: Date? = now.addingTimeInterval(60)
+                #expect(
+                    try index.keys(where: "done = ? AND due < ?", [.bool(showDone), .date(before)]).map(\.key)
+                        == ["a"])
+                #expect(try index.keys(where: "due IS NULL").map(\.key) == ["c"])
+                #expect(try index.keys(where: "estimate IS NULL").map(\.key) == ["b"])
+                #expect(try index.keys(where: "done = ?", [true]).map(\.key) == ["c"])
+                let missing: String? = nil
+                #expect(try index.keys(where: "title IS ?", [IndexValue(missing)]).isEmpty)
+            }
+        }
+    }
+
     /// Text typed into a search box, with FTS5's punctuation and operators in it, is searched as
     /// words through `query(forText:)`; raw, the same text is refused as `invalidQuery`.
     @Test func searchBoxTextIsSearchedAsWords() throws {

@@ -1,4 +1,5 @@
 internal import CSQLite
+public import Foundation
 
 /// A typed column of a ``SecondaryIndex``.
 public enum IndexColumn: Hashable, Sendable {
@@ -49,6 +50,23 @@ public enum IndexValue: Hashable, Sendable, ExpressibleByStringLiteral, Expressi
     public init(nilLiteral: ()) { self = .null }
     /// A boolean, stored as the integer 0 or 1 (as SQLite does).
     public init(booleanLiteral value: Bool) { self = .integer(value ? 1 : 0) }
+
+    /// Text, or `NULL` for `nil` (for a property or variable; literals need no call).
+    public init(_ value: String?) { self = value.map { .text($0) } ?? .null }
+    /// An integer, or `NULL` for `nil`.
+    public init(_ value: Int?) { self = value.map { .integer($0) } ?? .null }
+    /// A floating-point number, or `NULL` for `nil`.
+    public init(_ value: Double?) { self = value.map { .real($0) } ?? .null }
+
+    /// A boolean as the integer 0 or 1 (for an `.integer` column), or `NULL` for `nil`.
+    public static func bool(_ value: Bool?) -> IndexValue { value.map { .integer($0 ? 1 : 0) } ?? .null }
+
+    /// A date as its seconds since 1970-01-01 UTC (`timeIntervalSince1970`, for a `.real`
+    /// column), or `NULL` for `nil`. Store dates and pass them as arguments this one way, and
+    /// they compare as numbers: `"due < ?"` with `[.date(deadline)]`.
+    public static func date(_ value: Date?) -> IndexValue {
+        value.map { .real($0.timeIntervalSince1970) } ?? .null
+    }
 
     /// The value stored in column `index` of `statement`'s current row, by its storage class
     /// (a blob, which the index never stores, reads as `nil`).
