@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import SnapshotDBTestSupport
 import Testing
 
@@ -279,6 +280,41 @@ extension ExtensionTablesTests {
                 let unknown = expectError(.unknownExtension) { try txn.view(named: "nothing") }
                 #expect(unknown?.message == "no view named 'nothing' is registered")
             }
+            try db.close()
+        }
+    }
+}
+
+extension ExtensionTablesTests {
+    /// A process that writes values of an extension it did not register leaves the extension
+    /// stale for every process: it is warned, once per extension, naming it.
+    @Test func writingValuesOfAnUnregisteredExtensionWarnsOnce() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("unregistered.sqlite").path
+            do {
+                let db = try Database(path: path)
+                try db.register(ViewTests.byTitle)
+                try db.close()
+            }
+            let logs = LogCapture()
+            var configuration = Configuration()
+            configuration.checkpointLogger = logs.logger
+            let db = try Database(path: path, configuration: configuration)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(Item(title: "x"), forKey: "i", inCollection: "other") }
+            #expect(logs.messages(at: .warning) == [], "a collection the view does not observe")
+            for index in 0..<2 {
+                try writer.readWrite {
+                    try $0.set(
+                        Note(title: "\(index)", folder: "inbox", archived: false), forKey: "n\(index)",
+                        inCollection: "notes")
+                }
+            }
+            let warnings = logs.messages(at: .warning)
+            #expect(warnings.count == 1, "\(warnings)")
+            #expect(
+                warnings.first?.contains("'byTitle', which this process did not register") == true,
+                "\(warnings)")
             try db.close()
         }
     }

@@ -1,5 +1,6 @@
 internal import Dispatch
 internal import Foundation
+internal import Logging
 internal import SnapshotDBLocking
 
 internal import struct Synchronization.Atomic
@@ -121,6 +122,7 @@ final class Writer: Sendable {
         // Extensions (views, indexes) updated their tables with every write; what they report
         // of this commit travels in its changeset.
         var extensionChanges: ExtensionChanges
+        var newlyStale: [String] = []
         do {
             extensionChanges = try transaction.extensionWriters.finish()
             // Extensions of the file this process does not keep, whose values changed: marked
@@ -128,7 +130,8 @@ final class Writer: Sendable {
             let stale = try markStale(
                 upkeep, changes: transaction.changes, commit: start + 1, connection: connection.name,
                 handle: handle, rebuilt: extensionChanges.reset)
-            extensionChanges.reset.formUnion(stale)
+            extensionChanges.reset.formUnion(stale.marked)
+            newlyStale = stale.newlyStale
         } catch {
             connection.rollback(handle)
             throw error
@@ -143,6 +146,20 @@ final class Writer: Sendable {
             changeset, from: source, sealing: false, on: handle, database: database, writer: connection)
         committed = true
         transaction.extensionWriters.didCommit(changeset.commit, from: start)
+        if !newlyStale.isEmpty {
+            // Once per extension (until it is rebuilt): every process's reads of it now throw
+            // `extensionStale`, which the process that caused it should hear of.
+            let names: String = newlyStale.sorted().map { "'\($0)'" }.joined(separator: ", ")
+            let one = newlyStale.count == 1
+            let what: String = one ? "it is" : "they are"
+            let them: String = one ? "it" : "them"
+            var message = "commit \(changeset.commit) of connection '\(connection.name)' changed values of "
+            message += "\(names), which this process did not register: \(what) now stale for every process "
+            message += "until one that registers \(them) rebuilds it (register the file's extensions in "
+            message += "every process that writes)"
+            database.logger.warning(
+                "\(message)", metadata: ["stale_extensions": "\(newlyStale.sorted().joined(separator: ","))"])
+        }
         return result
     }
 
@@ -175,17 +192,22 @@ final class Writer: Sendable {
     private func markStale(
         _ upkeep: ExtensionUpkeep, changes: ChangesetBuilder?, commit: UInt64, connection: String?,
         handle: SQLiteHandle, rebuilt: Set<String> = []
-    ) throws(DatabaseError) -> [String] {
-        guard !upkeep.unmaintained.isEmpty else { return [] }
+    ) throws(DatabaseError) -> (marked: [String], newlyStale: [String]) {
+        guard !upkeep.unmaintained.isEmpty else { return ([], []) }
         let changed = Set(changes?.operations.map(\.collection) ?? [])
         let clearedAll = changes?.clearedAllCollections ?? true
         var marked: [String] = []
+        var newlyStale: [String] = []
         for entry in upkeep.unmaintained where !rebuilt.contains(entry.name) {
             guard changes == nil || entry.observesAny(of: changed, clearedAll: clearedAll) else { continue }
-            try ExtensionCatalog.markStale(entry.name, commit: commit, connection: connection, handle: handle)
+            if try ExtensionCatalog.markStale(
+                entry.name, commit: commit, connection: connection, handle: handle)
+            {
+                newlyStale.append(entry.name)
+            }
             marked.append(entry.name)
         }
-        return marked
+        return (marked, newlyStale)
     }
 
     // MARK: Sealing foreign writes

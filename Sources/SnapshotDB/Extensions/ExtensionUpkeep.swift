@@ -178,9 +178,11 @@ extension ExtensionCatalog {
         try statement.execute()
     }
 
-    /// Marks `name` stale by `commit` of this process's `connection`, unless it is already.
+    /// Marks `name` stale by `commit` of this process's `connection`, unless it is already;
+    /// returns whether it was not stale before.
+    @discardableResult
     static func markStale(_ name: String, commit: UInt64, connection: String?, handle: SQLiteHandle)
-        throws(DatabaseError)
+        throws(DatabaseError) -> Bool
     {
         let statement = try handle.cachedStatement(
             """
@@ -195,6 +197,7 @@ extension ExtensionCatalog {
         try statement.bind(Int64(History.processID), at: 3)
         if let connection { try statement.bind(connection, at: 4) } else { try statement.bindNull(at: 4) }
         try statement.execute()
+        return handle.changes > 0
     }
 
     /// What the file says of `name` beside its version: who registered it, and who left it stale.
