@@ -431,3 +431,25 @@ extension ConsumerTests {
         }
     }
 }
+
+extension ConsumerTests {
+    /// A consumer that will not run again is removed from the file; a reader of it then says its
+    /// row is gone, and registering the name again starts it at the newest commit.
+    @Test func aRemovedConsumerIsGoneAndCanStartAgain() throws {
+        try withTemporaryDatabase { db throws in
+            let old = try db.consumer(named: "old")
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(1, forKey: "k", inCollection: "c") }
+            let commits = db.latestCommit
+            #expect(try db.removeConsumer(named: "old"))
+            #expect(try db.removeConsumer(named: "old") == false)
+            #expect(db.latestCommit == commits, "a removal is no commit")
+            #expect(
+                try sqlite3(db.path, "SELECT count(*) FROM snapshotdb_consumers WHERE name = 'old'") == "0\n")
+            let gone = expectError(.corrupt) { try writer.read { try old.position(in: $0) } }
+            #expect(gone?.message.contains("is gone") == true, "\(String(describing: gone))")
+            let again = try db.consumer(named: "old")
+            #expect(try writer.read { try again.position(in: $0) } == commits)
+        }
+    }
+}

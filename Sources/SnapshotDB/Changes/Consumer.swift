@@ -274,4 +274,25 @@ extension Database {
         }
         return Consumer(name: name, database: self)
     }
+
+    /// Removes the named consumer from the file (a write that is not a commit), for one that
+    /// will not run again: it no longer shows in `snapshotdb inspect` as behind. A ``Consumer`` of that
+    /// name still in use throws `corrupt` ("the row of consumer … is gone") at its next read;
+    /// `consumer(named:)` registers it again at the newest commit. Returns whether the file had
+    /// it.
+    ///
+    /// - Throws: what a read-write transaction throws (`readOnly`, `busy`, `databaseClosed`).
+    @discardableResult
+    public func removeConsumer(named name: String) throws -> Bool {
+        let connection = newConnection(name: "consumer \(name)")
+        return try connection.readWrite { txn in
+            let handle = try txn.core.handle()
+            let remove = try handle.cachedStatement("DELETE FROM snapshotdb_consumers WHERE name = ?1")
+            try remove.bind(name, at: 1)
+            try remove.execute()
+            let removed = handle.changes > 0
+            if removed { txn.wroteBookkeeping = true }
+            return removed
+        }
+    }
 }
