@@ -42,20 +42,39 @@ def read_trace(path):
     return ops
 
 
+class Syncs:
+    """The syncs of one file (or of the directory) that began and have not returned: for each,
+    how many pending operations there were when it began. Syncs of one file may overlap (the
+    writer's and the checkpointer's); a trace does not say which returned, so a return makes
+    durable only what was pending when the oldest outstanding sync began (never more than is
+    certain)."""
+
+    def __init__(self):
+        self.began = []
+
+    def begin(self, pending_count):
+        self.began.append(pending_count)
+
+    def end(self, pending_count):
+        """How many of the pending operations a returned sync made durable."""
+        count = self.began.pop(0) if self.began else pending_count
+        self.began = [max(0, began - count) for began in self.began]
+        return count
+
+
 class File:
     def __init__(self):
         self.durable = bytearray()
         self.pending = []  # ('W', offset, bytes) or ('T', size)
-        self.sync_began = None  # how many pending operations there were when a sync began
+        self.syncs = Syncs()
 
     def begin_sync(self):
-        self.sync_began = len(self.pending)
+        self.syncs.begin(len(self.pending))
 
     def sync(self):
-        count = len(self.pending) if self.sync_began is None else self.sync_began
+        count = self.syncs.end(len(self.pending))
         self.durable = apply(self.durable, self.pending[:count], None)
         self.pending = self.pending[count:]
-        self.sync_began = None
 
 
 def apply_names(mapping, operations):
@@ -103,6 +122,7 @@ def build(ops, point, random_source, ignore_syncs, directory):
     # `names` is the directory as the process saw it; `durable_names` as of its last sync, with
     # the name operations made since in `name_ops`.
     names, durable_names, name_ops, acked, opened = {}, {}, [], 0, False
+    directory_syncs = Syncs()
 
     def known(name):
         # A file first met by a write or a sync (opened before the trace began) was always there.
@@ -142,12 +162,15 @@ def build(ops, point, random_source, ignore_syncs, directory):
         elif op == 'T':
             known(name).pending.append(('T', offset))
         elif op == 'B' and not ignore_syncs:
-            if name in names:
+            if name == directory:
+                directory_syncs.begin(len(name_ops))
+            elif name in names:
                 names[name].begin_sync()
         elif op == 'S' and not ignore_syncs:
             if name == directory:
-                durable_names = apply_names(durable_names, name_ops)
-                name_ops = []
+                count = directory_syncs.end(len(name_ops))
+                durable_names = apply_names(durable_names, name_ops[:count])
+                name_ops = name_ops[count:]
             elif name in names:
                 names[name].sync()
         index += 1
@@ -180,12 +203,11 @@ def check(state, directory, database, kind, checker, acked, durable, opened):
     path = os.path.join(directory, os.path.basename(database))
     library_path = os.path.join(library_directory, os.path.basename(database))
     if not os.path.exists(path):
-        # Plain SQLite never syncs the directory after creating the database file (only after
-        # creating a journal or a WAL), so its name may be lost with everything in it; SnapshotDB
-        # syncs the directory before the open returns.
+        # SnapshotDB syncs the directory before its open returns; plain SQLite syncs it only
+        # with the first sync of a new journal or WAL (before its first commit returns).
         if kind == 'snapshotdb' and opened:
             return 'database missing after Database(path:) returned (its creation was not durable)', False
-        if acked == 0 or not durable or kind == 'sqlite':
+        if acked == 0 or not durable:
             return None, False
         return f'database missing after {acked} acknowledged commits', False
     # SnapshotDB creates a database under a temporary name, syncs it and links it into place, so

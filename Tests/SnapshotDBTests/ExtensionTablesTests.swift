@@ -279,6 +279,9 @@ extension ExtensionTablesTests {
                 }
                 let unknown = expectError(.unknownExtension) { try txn.view(named: "nothing") }
                 #expect(unknown?.message == "no view named 'nothing' is registered")
+                // The file's "people" is an index: no advice to register it as a view.
+                let otherKind = expectError(.unknownExtension) { try txn.view(named: "people") }
+                #expect(otherKind?.message == "no view named 'people' is registered")
             }
             try db.close()
         }
@@ -313,7 +316,7 @@ extension ExtensionTablesTests {
             let warnings = logs.messages(at: .warning)
             #expect(warnings.count == 1, "\(warnings)")
             #expect(
-                warnings.first?.contains("'byTitle', which this process did not register") == true,
+                warnings.first?.contains("'byTitle', which this process does not keep") == true,
                 "\(warnings)")
             try db.close()
         }

@@ -235,6 +235,9 @@ struct IndexTests {
                     #expect(try search.keys(matching: query).map(\.key) == ["a1"], "\(typed) as \(query)")
                 }
                 #expect(try search.keys(matching: SearchReader.query(forText: "   ")) == [])
+                #expect(
+                    try search.keys(matching: SearchReader.query(forText: "e-mail\0C++")).map(\.key) == ["a1"]
+                )
                 #expect(try search.keys(matching: SearchReader.query(forText: "e-mail nothing")) == [])
                 #expect(
                     try search.keys(matching: SearchReader.query(forText: "sen", prefix: true)).map(\.key)

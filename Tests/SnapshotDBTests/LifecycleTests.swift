@@ -123,6 +123,7 @@ struct LifecycleTests {
             }
             expectError(.transactionEnded) { try index?.keys(where: "age > 0") }
             expectError(.transactionEnded) { try search?.keys(matching: "t") }
+            expectError(.transactionEnded) { try kept?.value(at: 0, inGroup: "inbox", as: Note.self) }
             try db.close()
             #expect(Self.descriptors(on: path) == [], "descriptors left open: \(Self.descriptors(on: path))")
             // What the view reader read at its commit stays readable.

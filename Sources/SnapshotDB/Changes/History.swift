@@ -198,8 +198,6 @@ enum History {
         return UInt64(bitPattern: statement.int64(at: 0))
     }
 
-    /// The random token of commit `commit` in the open transaction's history, `nil` when it has
-    /// no row.
     /// The identity of the file as the transaction open on `handle` sees it (another file's,
     /// after that file was restored over the open one), or `nil` when its row is gone.
     static func identity(on handle: SQLiteHandle) throws(DatabaseError) -> UInt64? {
@@ -209,6 +207,8 @@ enum History {
         return try statement.step() ? UInt64(bitPattern: statement.int64(at: 0)) : nil
     }
 
+    /// The random token of commit `commit` in the open transaction's history, `nil` when it has
+    /// no row.
     static func token(of commit: UInt64, on handle: SQLiteHandle) throws(DatabaseError) -> UInt64? {
         let statement = try handle.statement(.historyToken)
         defer { statement.reset() }

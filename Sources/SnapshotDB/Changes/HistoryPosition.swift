@@ -20,7 +20,9 @@ internal import Foundation
 /// let missed = try reader.read { try $0.changes(after: saved) }
 /// ```
 public struct HistoryPosition: Sendable, Hashable, Codable, LosslessStringConvertible {
-    /// The identity of the database file the position belongs to (``Database/identity``).
+    /// The identity of the database file the position belongs to, as the snapshot it was taken
+    /// in read it: ``Database/identity``, unless another file was restored over the open one
+    /// since the open.
     public let databaseIdentity: UInt64
     /// The commit: the changes after it are the ones not yet seen.
     public let commit: UInt64

@@ -154,9 +154,10 @@ final class Writer: Sendable {
             let what: String = one ? "it is" : "they are"
             let them: String = one ? "it" : "them"
             var message = "commit \(changeset.commit) of connection '\(connection.name)' changed values of "
-            message += "\(names), which this process did not register: \(what) now stale for every process "
-            message += "until one that registers \(them) rebuilds it (register the file's extensions in "
-            message += "every process that writes)"
+            message += "\(names), which this process does not keep (it did not register \(them), or "
+            message += "registered another version): \(what) now stale for every process until one that "
+            message +=
+                "keeps \(them) rebuilds \(them) (register the file's extensions in every process that writes)"
             database.logger.warning(
                 "\(message)", metadata: ["stale_extensions": "\(newlyStale.sorted().joined(separator: ","))"])
         }

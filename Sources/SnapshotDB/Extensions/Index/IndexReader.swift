@@ -7,7 +7,7 @@ extension ReadTransaction {
         guard let definition = core.database.extensionDefinition(named: name), definition.kind == "index",
             let columns = (definition as? any IndexDefinition)?.indexColumns
         else {
-            throw unknownExtension("secondary index", named: name)
+            throw unknownExtension("secondary index", kind: "index", named: name)
         }
         try checkInstalled(definition)
         return IndexReader(

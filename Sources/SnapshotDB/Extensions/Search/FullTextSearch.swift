@@ -225,7 +225,7 @@ extension ReadTransaction {
         guard let definition = core.database.extensionDefinition(named: name), definition.kind == "search",
             let columns = (definition as? any SearchDefinition)?.searchColumns
         else {
-            throw unknownExtension("full-text index", named: name)
+            throw unknownExtension("full-text index", kind: "search", named: name)
         }
         try checkInstalled(definition)
         return SearchReader(transaction: self, prefix: ExtensionContext.tablePrefix(name), columns: columns)
@@ -277,13 +277,16 @@ public struct SearchReader {
     /// FTS5's operators in it are text, not syntax (`e-mail`, `C++`, `don't`, `swift:`, `NOT`,
     /// a trailing `OR`, which ``keys(matching:limit:)`` refuses as `invalidQuery` when given
     /// raw). With `prefix`, the last word also matches the words it begins (search as you
-    /// type). Text of white space alone gives a query that matches nothing.
+    /// type). Text of white space alone gives a query that matches nothing. A NUL character
+    /// separates words too (FTS5 reads a query as a C string). The query's bounds still hold:
+    /// text of more than ``maximumQueryTerms`` words, or longer than ``maximumQueryBytes`` once
+    /// each word is quoted, is refused as `invalidQuery`.
     ///
     /// ```swift
     /// let found = try txn.search(named: "notes").keys(matching: SearchReader.query(forText: box.text))
     /// ```
     public static func query(forText text: String, prefix: Bool = false) -> String {
-        let words = text.split(whereSeparator: \.isWhitespace)
+        let words = text.split { $0.isWhitespace || $0 == "\0" }
         guard !words.isEmpty else { return "\"\"" }
         var query = words.map { "\"" + $0.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
             .joined(separator: " ")

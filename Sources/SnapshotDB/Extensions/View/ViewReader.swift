@@ -4,11 +4,15 @@ extension ReadTransaction {
     /// The `unknownExtension` error for a `what` named `name` that this process did not
     /// register: it says so when the file has one (another process registered it), since
     /// registering it here is then all it takes.
-    func unknownExtension(_ what: String, named name: String) -> DatabaseError {
-        let installed = (try? core.handle()).flatMap { try? ExtensionCatalog.installed(name, handle: $0) }
-        guard let installed else {
-            return DatabaseError(.unknownExtension, "no \(what) named '\(name)' is registered")
-        }
+    func unknownExtension(_ what: String, kind: String, named name: String) -> DatabaseError {
+        let plain = DatabaseError(.unknownExtension, "no \(what) named '\(name)' is registered")
+        // Only inside the closure (the handle is the transaction's), and only for a name this
+        // process has nothing under and the file has this kind of extension under.
+        guard isActive, core.database.extensionDefinition(named: name) == nil,
+            let installed = (try? core.handle()).flatMap({ try? ExtensionCatalog.installed(name, handle: $0) }
+            ),
+            installed.kind == kind
+        else { return plain }
         return DatabaseError(
             .unknownExtension,
             "no \(what) named '\(name)' is registered in this process; the file has one (\(installed.kind) "
@@ -24,7 +28,7 @@ extension ReadTransaction {
     ///   predates its registration (advance the bookmark); a ``DatabaseError`` from SQLite.
     public func view(named name: String) throws(DatabaseError) -> ViewReader {
         guard let definition = core.database.extensionDefinition(named: name) as? any ViewDefinition else {
-            throw unknownExtension("view", named: name)
+            throw unknownExtension("view", kind: "view", named: name)
         }
         try checkInstalled(definition)
         let context = try core.extensionContext(named: name, transaction: self)
@@ -174,11 +178,9 @@ public final class ViewReader {
     public func value<T: Decodable>(at index: Int, inGroup group: String, as type: T.Type = T.self)
         throws(DatabaseError) -> T?
     {
-        guard let item = item(at: index, inGroup: group) else {
-            _ = try transaction()
-            return nil
-        }
-        return try transaction().value(forKey: item.key, inCollection: item.collection, as: T.self)
+        let transaction = try transaction()
+        guard let item = item(at: index, inGroup: group) else { return nil }
+        return try transaction.value(forKey: item.key, inCollection: item.collection, as: T.self)
     }
 
     /// Whether `changesets` hold a commit after which the view must be reloaded whole: one made
