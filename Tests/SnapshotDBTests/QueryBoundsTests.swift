@@ -145,7 +145,7 @@ struct QueryBoundsTests {
                     try txn.index(named: "people").count(where: Self.slowFragment)
                 }
             }
-            #expect(ContinuousClock.now - started < .seconds(5), "the limit did not stop the query")
+            #expect(ContinuousClock.now - started < .seconds(30), "the limit did not stop the query")
             #expect(
                 error?.message.contains("time limit of 0.1 seconds") == true, "\(String(describing: error))")
             // The bookmark still reads its commit, and the connection reads on.
@@ -220,9 +220,12 @@ struct QueryBoundsTests {
                 task.cancel()
             }
             canceller.start()
+            // `CancellationError` once the closure ran means SQLite's progress handler stopped the
+            // statement (a statement that ran to its end returns its count); the bound only keeps
+            // a broken cancel from passing after the whole query, and is loose for TSan's pace.
             await #expect(throws: CancellationError.self) { try await task.value }
             let cancelledAt = try #require(cancelled.withLock { $0 })
-            #expect(ContinuousClock.now - cancelledAt < .seconds(5), "the cancel did not stop the query")
+            #expect(ContinuousClock.now - cancelledAt < .seconds(30), "the cancel did not stop the query")
             #expect(ui.snapshot == bookmark)
             #expect(try await ui.read { try $0.count(inCollection: "people") } == 2_000)
         }
