@@ -22,8 +22,13 @@ public final class ChildProcess {
     private var buffered = Data()
     private let command: String
 
-    /// Starts `executable` with `arguments` (and `environment` added to this process's).
-    public init(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws {
+    /// Starts `executable` with `arguments` (and `environment` added to this process's). With
+    /// `outputToFile`, its standard output goes to the file its errors go to, for a child whose
+    /// output no test reads (a pipe nobody reads blocks the child once 64 KiB are written).
+    public init(
+        _ executable: String, _ arguments: [String], environment: [String: String] = [:],
+        outputToFile: Bool = false
+    ) throws {
         command = ([executable] + arguments.map { $0.count > 60 ? String($0.prefix(57)) + "..." : $0 })
             .joined(separator: " ")
         errors = FileManager.default.temporaryDirectory.appendingPathComponent(
@@ -35,8 +40,9 @@ public final class ChildProcess {
             process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         }
         process.standardInput = input
-        process.standardOutput = output
-        process.standardError = try FileHandle(forWritingTo: errors)
+        let errorFile = try FileHandle(forWritingTo: errors)
+        process.standardOutput = outputToFile ? errorFile : output
+        process.standardError = errorFile
         try process.run()
     }
 

@@ -203,7 +203,7 @@ struct ReadReplicaTests {
             try
                 "dbs:\n  - path: \(path)\n    replicas:\n      - url: file://\(replica)\n        sync-interval: 100ms\n"
                 .write(toFile: config, atomically: true, encoding: .utf8)
-            let litestream = try ChildProcess(tool, ["replicate", "-config", config])
+            let litestream = try ChildProcess(tool, ["replicate", "-config", config], outputToFile: true)
             defer { LitestreamTests.stop(litestream) }
             try LitestreamTests.waitForTables(path)
             try LitestreamTests.writeNotes(writer, 20..<30)

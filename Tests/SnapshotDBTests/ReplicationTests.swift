@@ -203,7 +203,8 @@ struct LitestreamTests {
             db.checkpointer.waitForIdle()
             #expect(db.checkpointing == .automatic)
             let litestream = try ChildProcess(
-                tool, ["replicate", path, "file://" + directory.appendingPathComponent("replica").path])
+                tool, ["replicate", path, "file://" + directory.appendingPathComponent("replica").path],
+                outputToFile: true)
             defer { Self.stop(litestream) }
             try Self.waitForTables(path)
             // Past the warning size (256 KiB) many times over, in passes of 64 pages.
@@ -233,7 +234,8 @@ struct LitestreamTests {
             let writer = db.newConnection(name: "writer")
             try writeCommits(writer, count: 5)
             let litestream = try ChildProcess(
-                tool, ["replicate", path, "file://" + directory.appendingPathComponent("replica").path])
+                tool, ["replicate", path, "file://" + directory.appendingPathComponent("replica").path],
+                outputToFile: true)
             defer { Self.stop(litestream) }
             try Self.waitForTables(path)
             let laggard = db.newConnection(name: "laggard")
@@ -266,7 +268,8 @@ struct LitestreamTests {
             let oldRows = try ui.read { txn in ViewTests.rows(try txn.view(named: "byTitle")) }
             let start = db.latestCommit
 
-            let litestream = try ChildProcess(tool, ["replicate", path, "file://" + replica])
+            let litestream = try ChildProcess(
+                tool, ["replicate", path, "file://" + replica], outputToFile: true)
             defer { Self.stop(litestream) }
             try Self.waitForTables(path)
             try Self.writeNotes(writer, 20..<40)
@@ -366,7 +369,8 @@ extension LitestreamTests {
             let db = try Database(path: path)
             let writer = db.newConnection(name: "writer")
             try Self.writeNotes(writer, 0..<5)
-            let litestream = try ChildProcess(tool, ["replicate", path, "file://" + replica])
+            let litestream = try ChildProcess(
+                tool, ["replicate", path, "file://" + replica], outputToFile: true)
             defer { Self.stop(litestream) }
             let probe = directory.appendingPathComponent("probe.sqlite").path
             try Self.waitFor("the first commits in the replica") {
