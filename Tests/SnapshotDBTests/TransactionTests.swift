@@ -252,17 +252,24 @@ struct TransactionTests {
     }
 
     @Test func asyncOverloadsRunOffTheCaller() async throws {
+        /// Whether the calling code runs outside any task: on the connection's queue, not on the
+        /// caller's task (the cooperative pool's thread it awaited on).
+        @Sendable func outsideAnyTask() -> Bool { withUnsafeCurrentTask { $0 == nil } }
         try await withTemporaryDatabase { db in
-            let connection = db.newConnection()
-            let commit = try await connection.readWrite { txn in
+            let connection = db.newConnection(name: "offcaller")
+            let (commit, writeOutside) = try await connection.readWrite { txn in
                 try txn.set(Item(title: "async"), forKey: "1", inCollection: "c")
-                return txn.commit
+                return (txn.commit, outsideAnyTask())
             }
             #expect(commit == 0)
-            let item = try await connection.read {
-                try $0.value(forKey: "1", inCollection: "c", as: Item.self)
+            let (item, readOutside) = try await connection.read {
+                (try $0.value(forKey: "1", inCollection: "c", as: Item.self), outsideAnyTask())
             }
             #expect(item == Item(title: "async"))
+            // Both closures ran on the connection's queue, outside the caller's task.
+            #expect(writeOutside)
+            #expect(readOutside)
+            #expect(!outsideAnyTask())
         }
     }
 
