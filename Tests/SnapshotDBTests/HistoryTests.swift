@@ -413,29 +413,36 @@ struct HistoryTests {
         }
     }
 
-    /// An idle database costs the watcher nothing: once it settled, it does not look again
-    /// until something writes to the `-wal`.
+    /// An idle database costs the watcher nothing: once it settled, it sleeps until something
+    /// writes to the `-wal`, and does not look again meanwhile.
     @Test func theWatcherSleepsWhileTheDatabaseIsIdle() async throws {
         try await withTemporaryDatabase { db in
+            let (idle, sleeping) = AsyncStream<Void>.makeStream()
+            db.foreignCommitWatcher.whenIdle.withLock { $0 = { sleeping.yield() } }
+            defer { db.foreignCommitWatcher.whenIdle.withLock { $0 = nil } }
             let stream = db.changes()
             try await db.newConnection().readWrite { try $0.set(1, forKey: "k", inCollection: "c") }
             var iterator = stream.makeAsyncIterator()
             #expect(await iterator.next()?.commit == 1)
-            // The settle delays add up to 2.7 s: wait (at most 20 s) until the count stops moving.
-            var last = db.foreignCommitWatcher.checks.load(ordering: .relaxed)
-            var settled = false
-            for _ in 0..<20 {
-                try await Task.sleep(for: .seconds(3))
-                let now = db.foreignCommitWatcher.checks.load(ordering: .relaxed)
-                if now == last {
-                    settled = true
-                    break
+            // Its re-checks add up to 2.7 s; then it sleeps (at most 20 s, or it never settles).
+            let settled = await withTaskGroup(of: Bool.self) { group in
+                group.addTask {
+                    for await _ in idle { return true }
+                    return false
                 }
-                last = now
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(20))
+                    return false
+                }
+                let first = await group.next() ?? false
+                group.cancelAll()
+                return first
             }
             #expect(settled, "the watcher kept looking at an idle database")
+            // Asleep, it looks no more: a second of an idle database makes no look.
+            let asleep = db.foreignCommitWatcher.checks.load(ordering: .relaxed)
             try await Task.sleep(for: .seconds(1))
-            #expect(db.foreignCommitWatcher.checks.load(ordering: .relaxed) == last)
+            #expect(db.foreignCommitWatcher.checks.load(ordering: .relaxed) == asleep)
         }
     }
 }

@@ -63,6 +63,9 @@ final class ForeignCommitWatcher: Sendable {
         let beforeWatching = Mutex<(@Sendable () -> Void)?>(nil)
         /// Makes the watcher poll as where inotify cannot watch (tests of that path).
         let withoutNotifications = Atomic<Bool>(false)
+        /// Runs on the watcher thread each time it goes to sleep until the `-wal` changes
+        /// (tests of an idle database).
+        let whenIdle = Mutex<(@Sendable () -> Void)?>(nil)
     #endif
 
     private struct State {
@@ -154,6 +157,9 @@ final class ForeignCommitWatcher: Sendable {
             if watcher.descriptor >= 0 {
                 descriptors.append(pollfd(fd: watcher.descriptor, events: Int16(POLLIN), revents: 0))
             }
+            #if DEBUG
+                if settle == 0 && watcher.isWatching { whenIdle.withLock { $0 }?() }
+            #endif
             let timeout: Int32 =
                 settle > 0 && settle <= Self.settleDelays.count
                 ? Self.settleDelays[settle - 1]
