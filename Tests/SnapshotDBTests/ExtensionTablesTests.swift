@@ -316,7 +316,8 @@ extension ExtensionTablesTests {
             let warnings = logs.messages(at: .warning)
             #expect(warnings.count == 1, "\(warnings)")
             #expect(
-                warnings.first?.contains("'byTitle', which this process does not keep") == true,
+                warnings.first?.contains("this process does not keep") == true
+                    && warnings.first?.contains(#"["byTitle"]"#) == true,
                 "\(warnings)")
             try db.close()
         }

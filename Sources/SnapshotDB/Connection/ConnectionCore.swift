@@ -179,12 +179,9 @@ final class ConnectionCore: @unchecked Sendable {
     private func loseBookmarkEndedBySQLite(cause: DatabaseError?) -> DatabaseError {
         recordSnapshot(nil)
         mayHoldBookmark = false
-        var message =
-            "connection '\(name)' lost its bookmark: SQLite ended its read transaction after an error"
-        if let cause { message += " (\(cause.message))" }
-        message += "; call beginLongLivedReadTransaction() to bookmark the newest commit"
-        message += " (it returns every commit since the last one it returned)"
-        return DatabaseError(.bookmarkLost, message, sqliteCode: cause?.sqliteCode, cause: cause)
+        var reason = "SQLite ended its read transaction after an error"
+        if let cause { reason += " (\(cause.message))" }
+        return Self.bookmarkLostError(name, because: reason, cause: cause)
     }
 
     /// Moves the cache to `commit`, dropping exactly what the commits in between changed, or
@@ -301,16 +298,22 @@ final class ConnectionCore: @unchecked Sendable {
         }
         mayHoldBookmark = bookmark != nil
         if let bookmark { return bookmark }
-        if wasLost { throw Self.bookmarkLostError(name) }
+        if wasLost {
+            throw Self.bookmarkLostError(
+                name,
+                because: "it could not be taken again at its commit during a WAL reset, and was released")
+        }
         return nil
     }
 
-    private static func bookmarkLostError(_ name: String) -> DatabaseError {
+    private static func bookmarkLostError(_ name: String, because reason: String, cause: DatabaseError? = nil)
+        -> DatabaseError
+    {
         DatabaseError(
             .bookmarkLost,
-            "connection '\(name)' lost its bookmark: it could not be taken again at its commit during a WAL "
-                + "reset, and was released; call beginLongLivedReadTransaction() to bookmark the newest commit "
-                + "(it returns every commit since the last one it returned)")
+            "connection '\(name)' lost its bookmark: \(reason); call beginLongLivedReadTransaction() to "
+                + "bookmark the newest commit (it returns every commit since the last one it returned)",
+            sqliteCode: cause?.sqliteCode, cause: cause)
     }
 
     /// Ends the open transaction on `handle` after an error: the caller's error wins, and a

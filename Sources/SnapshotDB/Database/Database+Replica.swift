@@ -133,10 +133,10 @@ extension Database {
             synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
         let latest = try setup.readCommitState().commit
         let latestToken = try History.token(of: latest, on: setup)
-        let identity = try setup.int64("SELECT value FROM snapshotdb_meta WHERE name = 'identity'")
+        let identity = try History.identity(on: setup)
         return OpenedFile(
             setup: setup, latest: latest, latestToken: latestToken,
-            identity: UInt64(bitPattern: identity ?? 0),
+            identity: identity ?? 0,
             checkpointing: .external(replicator: vfs), recognizedLitestream: false,
             pageSize: try setup.pageSize(),
             isReadOnly: true)

@@ -196,7 +196,7 @@ public final class Database: Sendable {
             synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
         let latest = try setup.readCommitState().commit
         let latestToken = try History.token(of: latest, on: setup)
-        let identity = try setup.int64("SELECT value FROM snapshotdb_meta WHERE name = 'identity'")
+        let identity = try History.identity(on: setup)
         var checkpointing = configuration.checkpointing
         let replicated = try setup.int64(Checkpointer.litestreamQuery) == 1
         if checkpointing == .automatic && replicated {
@@ -207,7 +207,7 @@ public final class Database: Sendable {
         if checkpointing.replicator != nil { setup.setCheckpointsOnClose(false) }
         return OpenedFile(
             setup: setup, latest: latest, latestToken: latestToken,
-            identity: UInt64(bitPattern: identity ?? 0),
+            identity: identity ?? 0,
             checkpointing: checkpointing,
             recognizedLitestream: replicated && configuration.checkpointing == .automatic, pageSize: pageSize,
             isReadOnly: setup.isReadOnly)

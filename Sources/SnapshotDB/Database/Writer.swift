@@ -149,17 +149,14 @@ final class Writer: Sendable {
         if !newlyStale.isEmpty {
             // Once per extension (until it is rebuilt): every process's reads of it now throw
             // `extensionStale`, which the process that caused it should hear of.
-            let names: String = newlyStale.sorted().map { "'\($0)'" }.joined(separator: ", ")
-            let one = newlyStale.count == 1
-            let what: String = one ? "it is" : "they are"
-            let them: String = one ? "it" : "them"
-            var message = "commit \(changeset.commit) of connection '\(connection.name)' changed values of "
-            message += "\(names), which this process does not keep (it did not register \(them), or "
-            message += "registered another version): \(what) now stale for every process until one that "
-            message +=
-                "keeps \(them) rebuilds \(them) (register the file's extensions in every process that writes)"
+            let names = newlyStale.sorted()
+            let message =
+                "commit \(changeset.commit) of connection '\(connection.name)' changed values of extensions "
+                + "this process does not keep (it did not register them, or registered another version), now "
+                + "stale for every process until one that keeps them rebuilds them: \(names) (register the "
+                + "file's extensions in every process that writes)"
             database.logger.warning(
-                "\(message)", metadata: ["stale_extensions": "\(newlyStale.sorted().joined(separator: ","))"])
+                "\(message)", metadata: ["stale_extensions": "\(names.joined(separator: ","))"])
         }
         return result
     }

@@ -49,11 +49,6 @@ public class ReadTransaction {
     /// ``Database/close()``.
     private var endActions: [() -> Void] = []
 
-    /// The error of a reader (of `what`) used after its transaction's closure returned.
-    static func endedError(reading what: String) -> DatabaseError {
-        DatabaseError(.transactionEnded, "\(what) was read after its transaction's closure returned")
-    }
-
     func onEnd(_ action: @escaping () -> Void) {
         if isActive { endActions.append(action) } else { action() }
     }
@@ -291,3 +286,31 @@ public class ReadTransaction {
 /// Transactions belong to the thread that runs their closure.
 @available(*, unavailable)
 extension ReadTransaction: Sendable {}
+
+/// A reader's reference to the transaction it reads in (a view, index or full-text index
+/// reader). Weak: a reader kept past its transaction's closure must not keep the transaction,
+/// and through it the connection and its SQLite handle, alive; it then throws
+/// `transactionEnded`.
+struct ReaderTransaction {
+    private weak var transaction: ReadTransaction?
+    /// What reads through it, for the error (`the view 'notes'`).
+    let reader: String
+
+    init(_ transaction: ReadTransaction, reader: String) {
+        self.transaction = transaction
+        self.reader = reader
+    }
+
+    /// The transaction, while it exists (its activity is the caller's to check).
+    func get() throws(DatabaseError) -> ReadTransaction {
+        guard let transaction else { throw ended }
+        return transaction
+    }
+
+    /// The transaction, or `nil` once it is gone.
+    var ifAlive: ReadTransaction? { transaction }
+
+    var ended: DatabaseError {
+        DatabaseError(.transactionEnded, "\(reader) was read after its transaction's closure returned")
+    }
+}

@@ -18,22 +18,15 @@ extension ReadTransaction {
 
 /// A secondary index read at one transaction's commit.
 public struct IndexReader {
-    /// Weak: a reader kept past its transaction's closure must not keep the transaction, and
-    /// through it the connection and its SQLite handle, alive (it then throws `transactionEnded`).
-    private weak var weakTransaction: ReadTransaction?
+    private let reference: ReaderTransaction
     let table: IndexTable
 
     init(transaction: ReadTransaction, table: IndexTable) {
-        weakTransaction = transaction
+        reference = ReaderTransaction(transaction, reader: "an index")
         self.table = table
     }
 
-    var transaction: ReadTransaction {
-        get throws(DatabaseError) {
-            guard let weakTransaction else { throw ReadTransaction.endedError(reading: "an index") }
-            return weakTransaction
-        }
-    }
+    var transaction: ReadTransaction { get throws(DatabaseError) { try reference.get() } }
 
     /// The longest `WHERE` or `ORDER BY` fragment, in UTF-8 bytes, a query takes (longer ones
     /// throw `invalidQuery` before SQLite compiles them). A fragment's cost comes from what it

@@ -243,24 +243,17 @@ extension FullTextSearch: SearchDefinition {
 
 /// A full-text index read at one transaction's commit.
 public struct SearchReader {
-    /// Weak: a reader kept past its transaction's closure must not keep the transaction, and
-    /// through it the connection and its SQLite handle, alive (it then throws `transactionEnded`).
-    private weak var weakTransaction: ReadTransaction?
+    private let reference: ReaderTransaction
     let prefix: String
     let columns: [String]
 
     init(transaction: ReadTransaction, prefix: String, columns: [String]) {
-        weakTransaction = transaction
+        reference = ReaderTransaction(transaction, reader: "a full-text index")
         self.prefix = prefix
         self.columns = columns
     }
 
-    var transaction: ReadTransaction {
-        get throws(DatabaseError) {
-            guard let weakTransaction else { throw ReadTransaction.endedError(reading: "a full-text index") }
-            return weakTransaction
-        }
-    }
+    var transaction: ReadTransaction { get throws(DatabaseError) { try reference.get() } }
 
     /// The longest query, in UTF-8 bytes, a search takes: FTS5's cost grows with the square of
     /// a query's terms (800 repeated words took 0.5 s over 500 rows, 6 KB of them 84 s over a

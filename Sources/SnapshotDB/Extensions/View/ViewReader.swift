@@ -55,9 +55,7 @@ extension ReadTransaction {
 public final class ViewReader {
     /// The view's name.
     public let name: String
-    /// Weak: a reader kept past its transaction's closure must not keep the transaction, and
-    /// through it the connection and its SQLite handle, alive.
-    private weak var openTransaction: ReadTransaction?
+    private let reference: ReaderTransaction
     /// The view's pages, read through the transaction's SQLite handle; `nil` once the
     /// transaction ended (the reader then holds no handle).
     private var openPages: ViewPages?
@@ -76,7 +74,7 @@ public final class ViewReader {
         throws(DatabaseError)
     {
         self.name = name
-        openTransaction = transaction
+        reference = ReaderTransaction(transaction, reader: "the view '\(name)'")
         openRanking = ranking
         let layout = try ViewLayout.current(
             name: name, context: context, transaction: transaction, keyed: ranking.keyed)
@@ -93,23 +91,15 @@ public final class ViewReader {
 
     /// The transaction, while it is open.
     private func transaction() throws(DatabaseError) -> ReadTransaction {
-        guard let openTransaction else { throw ended }
-        try openTransaction.checkActive()
-        return openTransaction
-    }
-
-    private var ended: DatabaseError {
-        DatabaseError(
-            .transactionEnded, "the view '\(name)' was read after its transaction's closure returned")
+        let transaction = try reference.get()
+        try transaction.checkActive()
+        return transaction
     }
 
     /// The pages, while the transaction is open.
     private func pages() throws(DatabaseError) -> ViewPages {
         _ = try transaction()
-        guard let openPages else {
-            throw DatabaseError(
-                .transactionEnded, "the view '\(name)' was read after its transaction's closure returned")
-        }
+        guard let openPages else { throw reference.ended }
         return openPages
     }
 
@@ -117,7 +107,7 @@ public final class ViewReader {
     /// layout is the view's before those writes (whose pages may be gone), so it could answer
     /// wrong or report damage that is not there.
     private func checkCurrent() throws(DatabaseError) {
-        guard let writesWhenMade, let write = openTransaction as? ReadWriteTransaction,
+        guard let writesWhenMade, let write = reference.ifAlive as? ReadWriteTransaction,
             write.writeGeneration != writesWhenMade
         else { return }
         throw DatabaseError(
@@ -138,7 +128,7 @@ public final class ViewReader {
                 error.code != .transactionEnded,
                 "ViewReader '\(name)' was used after its transaction's closure returned; "
                     + "read the view inside the closure")
-            openTransaction?.recordFailure(error)
+            reference.ifAlive?.recordFailure(error)
             return fallback
         }
     }
@@ -227,7 +217,7 @@ public final class ViewReader {
             }
         }
         let pages = try pages()
-        guard let ranking = openRanking else { throw ended }
+        guard let ranking = openRanking else { throw reference.ended }
         let diff = try ViewDiff(before: before, pages: pages, ranking: ranking)
         return try diff.compute(inGroups: groups, currentGroups: self.groups)
     }
