@@ -811,12 +811,19 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
             }
             return (positions.map { items[$0] }, positions.map { keys[$0] }, positions)
         }
-        let values = members.values
+        // Read through buffers: `Array`'s subscript is not specialized in this generic code and
+        // cost about 18 instructions a read beside the value's copy (callgrind, 50,000 notes:
+        // the sort 470M → 421M instructions). The copy itself stays: the optimizer cannot drop
+        // the temporary while an opaque closure might write the buffer.
         let isBefore = order.areInIncreasingOrder
-        positions.sort { a, b in
-            if isBefore(values[a], values[b]) { return true }
-            if isBefore(values[b], values[a]) { return false }
-            return items[a] < items[b]
+        members.values.withUnsafeBufferPointer { values in
+            items.withUnsafeBufferPointer { items in
+                positions.sort { a, b in
+                    if isBefore(values[a], values[b]) { return true }
+                    if isBefore(values[b], values[a]) { return false }
+                    return items[a] < items[b]
+                }
+            }
         }
         return (positions.map { items[$0] }, nil, positions)
     }
