@@ -86,6 +86,7 @@ let package = Package(
             name: "SnapshotDBTests",
             dependencies: [
                 "SnapshotDB",
+                "SnapshotDBInspection",
                 "SnapshotDBLocking",
                 "SnapshotDBTestSupport",
                 "CSQLite",

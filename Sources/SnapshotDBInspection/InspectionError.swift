@@ -43,6 +43,8 @@ public struct InspectionError: Error, Sendable, Equatable, CustomStringConvertib
         public static let unsupportedFormat = Code("unsupportedFormat")
         /// The SnapshotDB commit counter cannot be read (not a SnapshotDB file, or unreadable pages).
         public static let commitCounterUnavailable = Code("commitCounterUnavailable")
+        /// An argument is out of its range, or two arguments conflict; the file is not read.
+        public static let invalidArgument = Code("invalidArgument")
 
         /// The raw value.
         public var description: String { rawValue }

@@ -221,21 +221,35 @@ public enum SnapshotDBInspector {
     }
 
     /// The durable history of the SnapshotDB database at `path` as its newest committed snapshot
-    /// holds it: the rows after `after` (at most `limit`), the history's size and the named
+    /// holds it: the rows after `after` (the oldest `limit` of them, or the newest `last`; give
+    /// at most one of the two), the history's size and the named
     /// consumers, read from the pages without SQLite. Changes no byte, as
     /// ``inspect(databaseAt:options:)``.
     ///
     /// - Throws: ``InspectionError`` as ``inspect(databaseAt:options:)`` does, and
     ///   `commitCounterUnavailable` when the file has no durable history (not a SnapshotDB file,
-    ///   or an older schema) or its pages cannot be read.
+    ///   or an older schema) or its pages cannot be read; `invalidArgument` for a negative
+    ///   `limit` or `last`, or both given.
     public static func history(
-        databaseAt path: String, after: UInt64? = nil, limit: Int? = nil,
+        databaseAt path: String, after: UInt64? = nil, limit: Int? = nil, last: Int? = nil,
         options: InspectionOptions = .inProcess
     ) throws(InspectionError) -> HistoryListing {
+        for (name, count) in [("limit", limit), ("last", last)] {
+            if let count, count < 0 {
+                throw InspectionError(
+                    code: .invalidArgument, path: path, message: "\(name) \(count) is negative")
+            }
+        }
+        if limit != nil, last != nil {
+            throw InspectionError(
+                code: .invalidArgument, path: path,
+                message: "limit (the oldest rows) and last (the newest) cannot be given together")
+        }
         let (pages, _) = try openPages(databaseAt: path, options: options)
         let bound = try newestCommit(of: pages, databaseAt: path, options: options).committedFrames
         do throws(PageReadFailure) {
-            return try HistoryTableReader.history(pages: pages, asOfFrame: bound, after: after, limit: limit)
+            return try HistoryTableReader.history(
+                pages: pages, asOfFrame: bound, after: after, limit: limit, last: last)
         } catch {
             throw InspectionError(code: .commitCounterUnavailable, path: path, message: error.reason)
         }

@@ -20,14 +20,22 @@ struct History: ParsableCommand {
     @Option(help: ArgumentHelp("List only the commits after commit N.", valueName: "N"))
     var after: UInt64?
 
-    @Option(help: ArgumentHelp("List at most N commits.", valueName: "N"))
+    @Option(
+        help: ArgumentHelp("List at most N commits: the oldest N (after --after, if given).", valueName: "N"))
     var limit: Int?
+
+    @Option(help: ArgumentHelp("List the newest N commits (after --after, if given).", valueName: "N"))
+    var last: Int?
 
     @Flag(help: "Print JSON (one document, documented in the README) instead of text.")
     var json = false
 
     func validate() throws {
         if let limit, limit < 0 { throw ValidationError("--limit must be 0 or more.") }
+        if let last, last < 0 { throw ValidationError("--last must be 0 or more.") }
+        if limit != nil, last != nil {
+            throw ValidationError("--limit lists the oldest commits and --last the newest: give one of them.")
+        }
     }
 
     func run() throws {
@@ -35,7 +43,7 @@ struct History: ParsableCommand {
         do {
             listing = try CommandLinePath.withUsablePath(database.file) { path throws(InspectionError) in
                 try SnapshotDBInspector.history(
-                    databaseAt: path, after: after, limit: limit, options: .separateProcess)
+                    databaseAt: path, after: after, limit: limit, last: last, options: .separateProcess)
             }
         } catch {
             Output.error(error.description, json: json)

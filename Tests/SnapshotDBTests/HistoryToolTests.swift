@@ -1,5 +1,6 @@
 import Foundation
 import SnapshotDB
+import SnapshotDBInspection
 import SnapshotDBTestSupport
 import Testing
 
@@ -68,6 +69,39 @@ struct HistoryToolTests {
             #expect(lines.count == 3, "\(text.standardOutput)")  // summary, consumer, one commit
             #expect(lines.last?.hasPrefix("3  ") == true)
             #expect(lines.last?.contains(#"removed notes["n1"]"#) == true)
+
+            // --last: the newest commits, alone or after --after; --limit: the oldest.
+            let newest = try ChildProcess.run(tool, ["history", "--json", db.path, "--last", "2"])
+            #expect(newest.status == 0, "\(newest.standardError)")
+            let newestDocument = try #require(
+                try JSONSerialization.jsonObject(with: Data(newest.standardOutput.utf8)) as? [String: Any])
+            #expect(
+                (newestDocument["commits"] as? [[String: Any]])?.map { $0["commit"] as? Int }
+                    == expected.suffix(2).map { Int($0.commit) })
+            let oldest = try ChildProcess.run(tool, ["history", "--json", db.path, "--limit", "2"])
+            let oldestDocument = try #require(
+                try JSONSerialization.jsonObject(with: Data(oldest.standardOutput.utf8)) as? [String: Any])
+            #expect(
+                (oldestDocument["commits"] as? [[String: Any]])?.map { $0["commit"] as? Int }
+                    == expected.prefix(2).map { Int($0.commit) })
+            let lastAfter = try ChildProcess.run(tool, ["history", db.path, "--after", "2", "--last", "5"])
+            let listed = lastAfter.standardOutput.split(separator: "\n").compactMap { line in
+                line.split(separator: " ", maxSplits: 1).first.flatMap { UInt64($0) }
+            }
+            #expect(listed == expected.map(\.commit).filter { $0 > 2 }, "\(lastAfter.standardOutput)")
+            let both = try ChildProcess.run(tool, ["history", db.path, "--limit", "1", "--last", "1"])
+            #expect(both.status == 64, "\(both.standardError)")
+            #expect(both.standardError.contains("give one of them"), "\(both.standardError)")
+            for count in [0, 1, 2, 3, 9] {
+                let listing = try SnapshotDBInspector.history(databaseAt: db.path, last: count)
+                #expect(listing.rows.map(\.commit) == expected.suffix(count).map(\.commit), "last \(count)")
+            }
+            for (limit, last) in [(nil, -1), (-1, nil), (1, 1)] {
+                let error = #expect(throws: InspectionError.self) {
+                    try SnapshotDBInspector.history(databaseAt: db.path, limit: limit, last: last)
+                }
+                #expect(error?.code == .invalidArgument, "limit \(limit as Int?), last \(last as Int?)")
+            }
 
             let inspect = try ChildProcess.run(tool, ["inspect", db.path])
             #expect(inspect.standardOutput.contains("history     "))

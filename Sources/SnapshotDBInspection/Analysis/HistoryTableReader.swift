@@ -21,7 +21,7 @@ enum HistoryTableReader {
     }
 
     static func history(
-        pages: PageSource, asOfFrame bound: UInt32, after: UInt64?, limit: Int?
+        pages: PageSource, asOfFrame bound: UInt32, after: UInt64?, limit: Int?, last: Int? = nil
     ) throws(PageReadFailure) -> HistoryListing {
         let firstPage = try pages.page(1, asOfFrame: bound)
         let header: DatabaseHeader
@@ -60,8 +60,14 @@ enum HistoryTableReader {
                     commit: number, kind: row.count > 1 ? integer(row[1]) ?? -1 : -1,
                     date: row.count > 2 ? real(row[2]) : 0, processID: row.count > 3 ? integer(row[3]) : nil,
                     connection: row.count > 4 ? text(row[4]) : nil, info: info, changes: changes))
+            // The newest `last` rows: the scan runs oldest first, so older rows are dropped in
+            // halves as it goes (at most twice `last` rows held).
+            if let last, listing.rows.count >= max(2 * last, 1) {
+                listing.rows.removeFirst(listing.rows.count - last)
+            }
             return false
         }
+        if let last, listing.rows.count > last { listing.rows.removeFirst(listing.rows.count - last) }
         if let consumersRoot = roots["snapshotdb_consumers"] {
             try reader.scanTable(rootPage: consumersRoot) {
                 (row: [RecordValue]) throws(PageReadFailure) -> Bool in
