@@ -158,6 +158,116 @@ struct ReadReplicaTests {
         }
     }
 
+    /// A replica whose primary was put back to an older commit (a point-in-time restore) and
+    /// went on with other commits under the same numbers: no read is answered from the old
+    /// history, and no advance reports its changesets. A bookmark that moves forward into the
+    /// new history (told apart by the history rows' tokens) or back (a connection follows the
+    /// replica forward only) is told that anything may have changed; the commits are external
+    /// until the replica passes the newest commit it had published, and exact after. (The
+    /// cache once kept values the new history had changed.)
+    @Test func aReplicaOfAPrimaryPutBackToAnOlderCommitNeverAnswersFromTheOldHistory() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("primary.sqlite").path
+            let backup = directory.appendingPathComponent("backup.sqlite").path
+            func set(_ writer: Connection, _ key: String, _ title: String) throws {
+                try writer.readWrite {
+                    try $0.set(
+                        Note(title: title, folder: "inbox", archived: false), forKey: key,
+                        inCollection: "notes")
+                }
+            }
+            func titles(_ connection: Connection) throws -> [String: String] {
+                try connection.read { txn in
+                    var titles: [String: String] = [:]
+                    for key in ["n0", "n1", "n2", "n3", "n4"] {
+                        titles[key] = try txn.value(forKey: key, inCollection: "notes", as: Note.self)?.title
+                    }
+                    return titles
+                }
+            }
+            var db = try Database(path: path)
+            var writer = db.newConnection(name: "writer")
+            try set(writer, "n0", "a")
+            try set(writer, "n1", "a")
+            let putBack = db.latestCommit
+            try run("/usr/bin/sqlite3", [path, ".backup '\(backup)'"])
+
+            let replica = try Database(replica: path, vfs: "unix")
+            let ui = replica.newConnection(name: "ui")
+            let lagger = replica.newConnection(name: "lagger")
+            try ui.beginLongLivedReadTransaction()
+            try lagger.beginLongLivedReadTransaction()
+            // Another replica of it (through a link: one replica of one name per process), whose
+            // jumper next sees the new history past the newest commit published.
+            let link = directory.appendingPathComponent("link.sqlite").path
+            try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: path)
+            let otherReplica = try Database(replica: link, vfs: "unix")
+            let jumper = otherReplica.newConnection(name: "jumper")
+            let follower = otherReplica.newConnection(name: "follower")
+            try jumper.beginLongLivedReadTransaction()
+            try set(writer, "n1", "old")
+            try jumper.beginLongLivedReadTransaction()
+            #expect(try titles(jumper) == ["n0": "a", "n1": "old"])  // cached
+            #expect(try lagger.beginLongLivedReadTransaction().map(\.setKeys) == [["notes": ["n1"]]])
+            #expect(try titles(lagger) == ["n0": "a", "n1": "old"])  // cached
+            for key in ["n2", "n3"] { try set(writer, key, "old") }
+            let newest = db.latestCommit
+            #expect(try ui.beginLongLivedReadTransaction().map(\.commit) == Array(putBack + 1...newest))
+            #expect(try titles(ui) == ["n0": "a", "n1": "old", "n2": "old", "n3": "old"])  // cached
+            try follower.beginLongLivedReadTransaction()  // the other replica publishes them too
+
+            // Put back, and on with other commits under the same numbers.
+            try db.close()
+            try run("/usr/bin/sqlite3", [path, ".restore '\(backup)'"])
+            db = try Database(path: path)
+            writer = db.newConnection(name: "writer")
+            try set(writer, "n0", "new")  // the old commit of this number set n1
+            try set(writer, "n4", "new")  // the old one set n2
+            #expect(db.latestCommit == putBack + 2)
+
+            // Forward into the new history: its row's token is not the one published.
+            let forward = try lagger.beginLongLivedReadTransaction()
+            #expect(try lagger.read { $0.commit } == putBack + 2)
+            #expect(!forward.isEmpty && forward.allSatisfy(\.isExternal), "\(forward)")
+            #expect(try titles(lagger) == ["n0": "new", "n1": "a", "n4": "new"])
+            // Back from the newest commit published.
+            let back = try ui.beginLongLivedReadTransaction()
+            #expect(try ui.read { $0.commit } == putBack + 2)
+            #expect(!back.isEmpty && back.allSatisfy(\.isExternal), "\(back)")
+            #expect(try titles(ui) == ["n0": "new", "n1": "a", "n4": "new"])
+            #expect(
+                try titles(replica.newConnection(name: "fresh")) == ["n0": "new", "n1": "a", "n4": "new"])
+
+            // Past the newest commit the replica had published: external once, then exact.
+            try set(writer, "n2", "new")
+            try set(writer, "n3", "new")
+            #expect(db.latestCommit == newest + 1)
+            let everything = ["n0": "new", "n1": "a", "n2": "new", "n3": "new", "n4": "new"]
+            // The other replica's jumper: from the old history straight past the newest commit
+            // its replica published, whose row is not the one published.
+            let jump = try jumper.beginLongLivedReadTransaction()
+            #expect(
+                !jump.isEmpty && jump.allSatisfy(\.isExternal) && jump.last?.commit == newest + 1, "\(jump)")
+            #expect(try titles(jumper) == everything)
+            try otherReplica.close()
+            for connection in [ui, lagger] {
+                let past = try connection.beginLongLivedReadTransaction()
+                #expect(past.contains(where: \.isExternal) && past.last?.commit == newest + 1, "\(past)")
+                #expect(try titles(connection) == everything)
+            }
+            try set(writer, "n1", "last")
+            for connection in [ui, lagger] {
+                let exact = try connection.beginLongLivedReadTransaction()
+                #expect(exact.map(\.commit) == [newest + 2])
+                #expect(exact.first?.isExternal == false)
+                #expect(exact.first?.setKeys == ["notes": ["n1"]])
+                #expect(try titles(connection)["n1"] == "last")
+            }
+            try replica.close()
+            try db.close()
+        }
+    }
+
     /// A replica opens only through a registered VFS, on a SnapshotDB file of this schema, once
     /// per process; Litestream's VFS needs its URL in the environment the process started with.
     @Test func openingAReplicaSaysWhatIsMissing() throws {

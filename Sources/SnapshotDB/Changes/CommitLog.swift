@@ -39,6 +39,13 @@ final class CommitLog: Sendable {
         /// The newest published commit and the token of its history row, when known (see
         /// ``Database/isAnotherHistory(_:published:)``).
         var latestToken: (commit: UInt64, token: UInt64)?
+        /// The history token of each published commit whose row was read (a read replica's log
+        /// only, see ``tokensKept``), for the commits the entries cover.
+        var tokens: [UInt64: UInt64] = [:]
+        /// The entries through this commit may belong to a history the file no longer holds (a
+        /// read replica whose primary was put back to an older commit): no changeset after an
+        /// earlier commit is answered from them (see ``markForeignHistory(through:)``).
+        var foreignThrough: UInt64 = 0
         var subscribers = Subscribers<Changeset>(finishesOverflowingStreams: true)
         /// Set when the database closed (``unsubscribeAll()``): no subscriber is taken after.
         var closedToSubscribers = false
@@ -56,11 +63,42 @@ final class CommitLog: Sendable {
     /// And at most about this many bytes of them (``Configuration/commitLogRetentionBytes``).
     private let retentionBytes: Int
 
-    init(latestCommit: UInt64, latestToken: UInt64?, retention: Int, retentionBytes: Int) {
-        state = Mutex(State(latestCommit: latestCommit, latestToken: latestToken.map { (latestCommit, $0) }))
+    /// Whether the log keeps each published commit's history token (``token(of:)``): on a read
+    /// replica, where a snapshot behind the newest commit published is either a connection
+    /// that has not caught up yet or the primary put back to an older commit, and only the
+    /// token tells the two apart. (A primary needs no such map: a counter below the one it
+    /// published is always contents put back, sealed as a new commit.)
+    let tokensKept: Bool
+
+    init(
+        latestCommit: UInt64, latestToken: UInt64?, retention: Int, retentionBytes: Int,
+        keepingTokens: Bool = false
+    ) {
+        var initial = State(latestCommit: latestCommit, latestToken: latestToken.map { (latestCommit, $0) })
+        if keepingTokens, let latestToken { initial.tokens[latestCommit] = latestToken }
+        state = Mutex(initial)
         publishedCommit = Atomic(latestCommit)
         self.retention = retention
         self.retentionBytes = retentionBytes
+        self.tokensKept = keepingTokens
+    }
+
+    /// The history token of published commit `commit` (when ``tokensKept`` and its row was read).
+    func token(of commit: UInt64) -> UInt64? {
+        state.withLock { $0.tokens[commit] }
+    }
+
+    /// Marks every entry through `commit` (the newest published) as perhaps another history's
+    /// than the file's: a read replica found its primary put back to an older commit. Where the
+    /// histories part is not known (the file's rows before the point it went back to may be
+    /// another history's too), so ``changesets(after:through:)`` answers `nil` for any span
+    /// that starts before `commit`: a reader drops its cache and reports the span as external.
+    /// The tokens are forgotten with them.
+    func markForeignHistory(through commit: UInt64) {
+        state.withLock { state in
+            state.foreignThrough = max(state.foreignThrough, commit)
+            state.tokens = [:]
+        }
     }
 
     var latestCommit: UInt64 { publishedCommit.load(ordering: .acquiring) }
@@ -143,6 +181,11 @@ final class CommitLog: Sendable {
                 state.latestToken = state.pendingToken.map { (commit, $0) }
                 return append([pending], through: commit, in: &state)
             }
+            if tokensKept {
+                for entry in entries where entry.number > state.latestCommit && entry.number <= commit {
+                    state.tokens[entry.number] = entry.token
+                }
+            }
             let (changesets, token) = Self.changesets(through: commit, loaded: entries, in: &state)
             state.latestToken = token.map { (commit, $0) }
             return append(changesets, through: commit, in: &state)
@@ -218,6 +261,7 @@ final class CommitLog: Sendable {
             let log = state.entries
             guard let first = log.first, first.commits.lowerBound <= after + 1, state.latestCommit >= through
             else { return nil }
+            if after < state.foreignThrough { return nil }
             let start = Self.firstIndex(in: log, endingAfter: after)
             let end = Self.firstIndex(in: log, endingAfter: through - 1)
             return Array(log[start...end])
@@ -269,6 +313,10 @@ final class CommitLog: Sendable {
                 count += 1
             }
             guard count >= batch || (overBytes && count > 0) else { return }
+            if !state.tokens.isEmpty {
+                let kept = count < state.entries.count ? state.entries[count].commits.lowerBound : .max
+                state.tokens = state.tokens.filter { $0.key >= kept }
+            }
             state.entries.removeFirst(count)
             state.bytes -= removedBytes
             // An array keeps its peak capacity: after a laggard released a long log, give the

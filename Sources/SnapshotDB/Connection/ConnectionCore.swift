@@ -373,7 +373,14 @@ final class ConnectionCore: @unchecked Sendable {
         // have no commit number: they are reported as an external changeset under the number
         // of the snapshot that holds them, and again, numbered, once sealed.
         let sameUnsealed = previousBookmark == commit && previous.bookmarkUnsealed == snapshot.unsealed
-        if previous.deliveredThrough != nil, snapshot.unsealed != 0, !sameUnsealed {
+        // A bookmark on a read replica that moved back: the primary was put back to an older
+        // commit (each connection follows the replica forward only). Nothing in the log says
+        // what differs: the cache was dropped (it moved back), and the advance says that
+        // anything may have changed. The log's newer entries are another history's.
+        let wentBack =
+            database.replica != nil && previous.deliveredThrough.map { commit < $0 } == true
+        if wentBack { database.commitLog.markForeignHistory(through: database.commitLog.latestCommit) }
+        if previous.deliveredThrough != nil, snapshot.unsealed != 0 && !sameUnsealed || wentBack {
             changesets.append(.external(commit...commit))
         }
         recordSnapshot(commit, bookmark: true, unsealed: snapshot.unsealed)

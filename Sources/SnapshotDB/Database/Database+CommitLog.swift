@@ -66,7 +66,11 @@ extension Database {
         let published = commitLog.publishedCommit.load(ordering: .acquiring)
         guard commit > published else { return }
         var loaded: [History.Entry] = []
-        if let handle, !isAnotherHistory(handle, published: published) {
+        let anotherHistory = handle.map { isAnotherHistory($0, published: published) } ?? false
+        // A replica's file that went back and on past the newest commit published: the log's
+        // entries are another history's (see ``CommitLog/markForeignHistory(through:)``).
+        if anotherHistory, replica != nil { commitLog.markForeignHistory(through: published) }
+        if let handle, !anotherHistory {
             // A damaged row (written by a foreign client) is published as external: a reader
             // must never stop at it. `ReadTransaction.changes(after:)` reports it as `corrupt`.
             let retained = commit - min(commit, UInt64(configuration.commitLogRetention))

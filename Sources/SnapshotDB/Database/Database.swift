@@ -227,8 +227,9 @@ public final class Database: Sendable {
         self.state = Mutex(DatabaseState())
         self.commitLog = CommitLog(
             latestCommit: opened.latest, latestToken: opened.latestToken,
-            retention: configuration.commitLogRetention, retentionBytes: configuration.commitLogRetentionBytes
-        )
+            retention: configuration.commitLogRetention,
+            retentionBytes: configuration.commitLogRetentionBytes,
+            keepingTokens: replica != nil)
         self.checkpointer = Checkpointer(
             path: path, configuration: configuration, pageSize: opened.pageSize, handle: opened.setup,
             replicator: opened.checkpointing.replicator, hasWAL: replica == nil)

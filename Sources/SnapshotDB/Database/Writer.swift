@@ -496,6 +496,19 @@ extension Database {
             state.unsealed = max(state.unsealed, 1)
             state.isAnotherHistory = true
         }
+        // On a read replica, a snapshot behind the newest commit published whose row has another
+        // token than the one published under its number is the primary put back to an older
+        // commit (a point-in-time restore) that went on, or not, with other commits: the log's
+        // changesets are perhaps another history's. They are marked so (no reader moves its
+        // cache or reports an advance by them), and this snapshot is read unsealed, with its
+        // cache dropped, and reported as external even when the bookmark moved back to it.
+        if replica != nil, state.commit < published, let token = state.token,
+            let known = commitLog.token(of: state.commit), known != token
+        {
+            commitLog.markForeignHistory(through: published)
+            state.unsealed = max(state.unsealed, 1)
+            state.isAnotherHistory = true
+        }
         if state.unsealed == 0, let header { learnCommit(state.commit, at: header) }
         return state
     }
