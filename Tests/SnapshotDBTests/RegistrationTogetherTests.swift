@@ -69,7 +69,8 @@ struct RegistrationTogetherTests {
             try Self.load(together, count: count)
             let before = codec.decodes.withLock { $0 }
             // The search-results view reads the full-text index: listed first, built after it.
-            try together.register([Self.found, Self.byTitle, Self.lengths, Self.text])
+            // (The variadic form: one registration, as the array's.)
+            try together.register(Self.found, Self.byTitle, Self.lengths, Self.text)
             let decodes = codec.decodes.withLock { $0 } - before
             // One pass: each value decoded once for the view, the index and the full-text index
             // together; the search-results view then decodes only its members.
@@ -110,6 +111,7 @@ struct RegistrationTogetherTests {
         try withTemporaryDatabase { db throws in
             try Self.load(db, count: 20)
             try db.register(Self.lengths)
+            expectError(.misuse) { try db.register(Self.text, Self.text) }
             let duplicate = expectError(.misuse) { try db.register([Self.text, Self.text]) }
             #expect(duplicate?.message.contains("articleText") == true)
             // The search-results view's index is neither registered nor listed.

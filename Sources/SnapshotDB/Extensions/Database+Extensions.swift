@@ -133,6 +133,16 @@ extension Database {
         }
     }
 
+    /// Registers several extensions in one commit, as ``register(_:)-swift.method`` with an
+    /// array does: `try db.register(byTitle, peopleIndex, bioSearch)`.
+    ///
+    /// - Throws: what ``register(_:)-swift.method`` with an array throws.
+    public func register(
+        _ first: any DatabaseExtension, _ second: any DatabaseExtension, _ more: any DatabaseExtension...
+    ) throws(DatabaseError) {
+        try register([first, second] + more)
+    }
+
     /// Removes the extension registered as `name` and drops its tables, in a commit of its own.
     /// Unregistering a name that is not registered does nothing.
     ///
