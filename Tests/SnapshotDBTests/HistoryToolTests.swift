@@ -92,7 +92,7 @@ struct HistoryToolTests {
             let both = try ChildProcess.run(tool, ["history", db.path, "--limit", "1", "--last", "1"])
             #expect(both.status == 64, "\(both.standardError)")
             #expect(both.standardError.contains("give one of them"), "\(both.standardError)")
-            for count in [0, 1, 2, 3, 9] {
+            for count in [0, 1, 2, 3, 9, Int.max] {
                 let listing = try SnapshotDBInspector.history(databaseAt: db.path, last: count)
                 #expect(listing.rows.map(\.commit) == expected.suffix(count).map(\.commit), "last \(count)")
             }

@@ -160,13 +160,14 @@ struct ReadReplicaTests {
 
     /// A replica whose primary was put back to an older commit (a point-in-time restore) and
     /// went on with other commits under the same numbers: no read is answered from the old
-    /// history, and no advance reports its changesets. A bookmark that moves forward into the
-    /// new history (told apart by the history rows' tokens) or back (a connection follows the
-    /// replica forward only) is told that anything may have changed; the commits are external
-    /// until the replica passes the newest commit it had published, and exact after. (The
-    /// cache once kept values the new history had changed.)
-    @Test func aReplicaOfAPrimaryPutBackToAnOlderCommitNeverAnswersFromTheOldHistory() throws {
-        try withTemporaryDirectory { directory throws in
+    /// history, and no advance reports its changesets. Connections whose caches hold the old
+    /// history meet the new one at the same number (told apart by the history rows' tokens),
+    /// at a higher one, at a lower one (a connection follows the replica forward only), or
+    /// past the newest commit the replica had published; each advance into it is external, and
+    /// commits are exact again after. `changes()` subscribers hear the new history with one
+    /// external changeset. (The cache once kept values the new history had changed.)
+    @Test func aReplicaOfAPrimaryPutBackToAnOlderCommitNeverAnswersFromTheOldHistory() async throws {
+        try await withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("primary.sqlite").path
             let backup = directory.appendingPathComponent("backup.sqlite").path
             func set(_ writer: Connection, _ key: String, _ title: String) throws {
@@ -185,6 +186,10 @@ struct ReadReplicaTests {
                     return titles
                 }
             }
+            func commit(_ connection: Connection) throws -> UInt64 { try connection.read { $0.commit } }
+            func isExternal(_ changesets: [Changeset]) -> Bool {
+                !changesets.isEmpty && changesets.allSatisfy(\.isExternal)
+            }
             var db = try Database(path: path)
             var writer = db.newConnection(name: "writer")
             try set(writer, "n0", "a")
@@ -193,76 +198,102 @@ struct ReadReplicaTests {
             try run("/usr/bin/sqlite3", [path, ".backup '\(backup)'"])
 
             let replica = try Database(replica: path, vfs: "unix")
-            let ui = replica.newConnection(name: "ui")
-            let lagger = replica.newConnection(name: "lagger")
-            try ui.beginLongLivedReadTransaction()
-            try lagger.beginLongLivedReadTransaction()
+            let same = replica.newConnection(name: "same")  // meets the new history at its number
+            let forward = replica.newConnection(name: "forward")  // at a higher number
+            let reader = replica.newConnection(name: "reader")  // plain reads, at its number
+            let back = replica.newConnection(name: "back")  // at a lower number
+            let newest = replica.newConnection(name: "newest")  // at the newest number published
+            for connection in [same, forward, back, newest] { try connection.beginLongLivedReadTransaction() }
             // Another replica of it (through a link: one replica of one name per process), whose
-            // jumper next sees the new history past the newest commit published.
+            // jumper next meets the new history past the newest commit its replica published.
             let link = directory.appendingPathComponent("link.sqlite").path
             try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: path)
             let otherReplica = try Database(replica: link, vfs: "unix")
             let jumper = otherReplica.newConnection(name: "jumper")
             let follower = otherReplica.newConnection(name: "follower")
             try jumper.beginLongLivedReadTransaction()
+            // A third, whose only connection first meets the new history at a higher number.
+            let secondLink = directory.appendingPathComponent("second-link.sqlite").path
+            try FileManager.default.createSymbolicLink(atPath: secondLink, withDestinationPath: path)
+            let thirdReplica = try Database(replica: secondLink, vfs: "unix")
+            let ahead = thirdReplica.newConnection(name: "ahead")
+            try ahead.beginLongLivedReadTransaction()
+
             try set(writer, "n1", "old")
-            try jumper.beginLongLivedReadTransaction()
-            #expect(try titles(jumper) == ["n0": "a", "n1": "old"])  // cached
-            #expect(try lagger.beginLongLivedReadTransaction().map(\.setKeys) == [["notes": ["n1"]]])
-            #expect(try titles(lagger) == ["n0": "a", "n1": "old"])  // cached
+            for connection in [same, forward, jumper, ahead] {
+                #expect(try connection.beginLongLivedReadTransaction().map(\.setKeys) == [["notes": ["n1"]]])
+                #expect(try titles(connection) == ["n0": "a", "n1": "old"])  // cached
+            }
+            #expect(try titles(reader) == ["n0": "a", "n1": "old"])
             for key in ["n2", "n3"] { try set(writer, key, "old") }
-            let newest = db.latestCommit
-            #expect(try ui.beginLongLivedReadTransaction().map(\.commit) == Array(putBack + 1...newest))
-            #expect(try titles(ui) == ["n0": "a", "n1": "old", "n2": "old", "n3": "old"])  // cached
+            let published = db.latestCommit
+            for connection in [back, newest] {
+                #expect(try connection.beginLongLivedReadTransaction().count == 3)
+                #expect(try titles(connection) == ["n0": "a", "n1": "old", "n2": "old", "n3": "old"])
+            }
             try follower.beginLongLivedReadTransaction()  // the other replica publishes them too
+            #expect(otherReplica.latestCommit == published)
+            try thirdReplica.newConnection(name: "follower").beginLongLivedReadTransaction()
+            #expect(thirdReplica.latestCommit == published)
+            let subscription = replica.changes()
 
             // Put back, and on with other commits under the same numbers.
             try db.close()
             try run("/usr/bin/sqlite3", [path, ".restore '\(backup)'"])
             db = try Database(path: path)
             writer = db.newConnection(name: "writer")
-            try set(writer, "n0", "new")  // the old commit of this number set n1
-            try set(writer, "n4", "new")  // the old one set n2
-            #expect(db.latestCommit == putBack + 2)
+            try set(writer, "n0", "new")  // commit putBack + 1 set n1 in the old history
+            #expect(db.latestCommit == putBack + 1)
+            let first = ["n0": "new", "n1": "a"]
+            #expect(isExternal(try same.beginLongLivedReadTransaction()))
+            #expect(try commit(same) == putBack + 1)
+            #expect(try titles(same) == first)
+            #expect(try titles(reader) == first)
 
-            // Forward into the new history: its row's token is not the one published.
-            let forward = try lagger.beginLongLivedReadTransaction()
-            #expect(try lagger.read { $0.commit } == putBack + 2)
-            #expect(!forward.isEmpty && forward.allSatisfy(\.isExternal), "\(forward)")
-            #expect(try titles(lagger) == ["n0": "new", "n1": "a", "n4": "new"])
-            // Back from the newest commit published.
-            let back = try ui.beginLongLivedReadTransaction()
-            #expect(try ui.read { $0.commit } == putBack + 2)
-            #expect(!back.isEmpty && back.allSatisfy(\.isExternal), "\(back)")
-            #expect(try titles(ui) == ["n0": "new", "n1": "a", "n4": "new"])
-            #expect(
-                try titles(replica.newConnection(name: "fresh")) == ["n0": "new", "n1": "a", "n4": "new"])
+            try set(writer, "n4", "new")  // putBack + 2 set n2
+            let second = ["n0": "new", "n1": "a", "n4": "new"]
+            for connection in [ahead, forward, back] {
+                #expect(isExternal(try connection.beginLongLivedReadTransaction()))
+                #expect(try commit(connection) == putBack + 2)
+                #expect(try titles(connection) == second)
+            }
+            #expect(try titles(replica.newConnection(name: "fresh")) == second)
 
-            // Past the newest commit the replica had published: external once, then exact.
-            try set(writer, "n2", "new")
+            try set(writer, "n2", "new")  // the newest commit the replica published, again
+            #expect(db.latestCommit == published)
+            #expect(isExternal(try newest.beginLongLivedReadTransaction()))
+            #expect(try titles(newest) == ["n0": "new", "n1": "a", "n2": "new", "n4": "new"])
+
+            // Past it: external once, then exact.
             try set(writer, "n3", "new")
-            #expect(db.latestCommit == newest + 1)
+            #expect(db.latestCommit == published + 1)
             let everything = ["n0": "new", "n1": "a", "n2": "new", "n3": "new", "n4": "new"]
-            // The other replica's jumper: from the old history straight past the newest commit
-            // its replica published, whose row is not the one published.
-            let jump = try jumper.beginLongLivedReadTransaction()
-            #expect(
-                !jump.isEmpty && jump.allSatisfy(\.isExternal) && jump.last?.commit == newest + 1, "\(jump)")
-            #expect(try titles(jumper) == everything)
-            try otherReplica.close()
-            for connection in [ui, lagger] {
+            for connection in [same, forward, back, newest, jumper] {
                 let past = try connection.beginLongLivedReadTransaction()
-                #expect(past.contains(where: \.isExternal) && past.last?.commit == newest + 1, "\(past)")
+                #expect(isExternal(past) && past.last?.commit == published + 1, "\(connection.name): \(past)")
                 #expect(try titles(connection) == everything)
             }
+            #expect(try titles(reader) == everything)
             try set(writer, "n1", "last")
-            for connection in [ui, lagger] {
+            for connection in [same, forward, back, newest, jumper] {
                 let exact = try connection.beginLongLivedReadTransaction()
-                #expect(exact.map(\.commit) == [newest + 2])
+                #expect(exact.map(\.commit) == [published + 2])
                 #expect(exact.first?.isExternal == false)
                 #expect(exact.first?.setKeys == ["notes": ["n1"]])
                 #expect(try titles(connection)["n1"] == "last")
             }
+
+            // The subscriber heard nothing under the numbers it had heard, then the new history
+            // as one external changeset, then exact changesets.
+            var heard: [Changeset] = []
+            for await changeset in subscription {
+                heard.append(changeset)
+                if changeset.commit >= published + 2 { break }
+            }
+            #expect(heard.map(\.commit) == [published + 1, published + 2], "\(heard)")
+            #expect(heard.map(\.isExternal) == [true, false])
+            try otherReplica.close()
+            try thirdReplica.close()
             try replica.close()
             try db.close()
         }

@@ -46,6 +46,9 @@ final class CommitLog: Sendable {
         /// read replica whose primary was put back to an older commit): no changeset after an
         /// earlier commit is answered from them (see ``markForeignHistory(through:)``).
         var foreignThrough: UInt64 = 0
+        /// Set by a mark: the next publish is one external changeset, which tells subscribers
+        /// that anything may have changed (they heard the old history's commits).
+        var announcesForeignHistory = false
         var subscribers = Subscribers<Changeset>(finishesOverflowingStreams: true)
         /// Set when the database closed (``unsubscribeAll()``): no subscriber is taken after.
         var closedToSubscribers = false
@@ -88,17 +91,20 @@ final class CommitLog: Sendable {
         state.withLock { $0.tokens[commit] }
     }
 
-    /// Marks every entry through `commit` (the newest published) as perhaps another history's
-    /// than the file's: a read replica found its primary put back to an older commit. Where the
-    /// histories part is not known (the file's rows before the point it went back to may be
-    /// another history's too), so ``changesets(after:through:)`` answers `nil` for any span
-    /// that starts before `commit`: a reader drops its cache and reports the span as external.
-    /// The tokens are forgotten with them.
-    func markForeignHistory(through commit: UInt64) {
-        state.withLock { state in
-            state.foreignThrough = max(state.foreignThrough, commit)
-            state.tokens = [:]
-        }
+    /// Marks every entry published so far as perhaps another history's than the file's: a read
+    /// replica found its primary put back to an older commit. Where the histories part is not
+    /// known (the file's rows before the point it went back to may be another history's too),
+    /// so ``changesets(after:through:)`` answers `nil` for any span that starts before the
+    /// newest commit published: a reader drops its cache and reports the span as external. The
+    /// tokens are forgotten with them.
+    func markForeignHistory() {
+        state.withLock { Self.markForeignHistory(in: &$0) }
+    }
+
+    private static func markForeignHistory(in state: inout State) {
+        state.foreignThrough = max(state.foreignThrough, state.latestCommit)
+        state.tokens = [:]
+        state.announcesForeignHistory = true
     }
 
     var latestCommit: UInt64 { publishedCommit.load(ordering: .acquiring) }
@@ -181,7 +187,23 @@ final class CommitLog: Sendable {
                 state.latestToken = state.pendingToken.map { (commit, $0) }
                 return append([pending], through: commit, in: &state)
             }
+            var entries = entries
             if tokensKept {
+                // Rows read at or before the newest commit published (a replica's publish reads
+                // from the row of the commit it last saw published): another token than the one
+                // published under that number is another history. The log's entries are marked;
+                // after any mark the new commits are published as one external changeset, which
+                // tells subscribers (who heard the old history's commits) that anything may have
+                // changed.
+                let another = entries.contains { entry in
+                    entry.number <= state.latestCommit
+                        && state.tokens[entry.number].map { $0 != entry.token } == true
+                }
+                if another { Self.markForeignHistory(in: &state) }
+                if state.announcesForeignHistory {
+                    state.announcesForeignHistory = false
+                    entries = []
+                }
                 for entry in entries where entry.number > state.latestCommit && entry.number <= commit {
                     state.tokens[entry.number] = entry.token
                 }

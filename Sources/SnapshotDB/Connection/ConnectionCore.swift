@@ -121,7 +121,14 @@ final class ConnectionCore: @unchecked Sendable {
                 _ = try fix.step()
                 handle.lookUpWALIndex()
                 let header = before.flatMap { handle.walIndexHeader() == $0 ? $0 : nil }
-                state = try database.commitState(of: handle, header: header, published: published)
+                var read = try database.commitState(of: handle, header: header, published: published)
+                if database.replica != nil,
+                    Self.isAnotherHistory(read, cachedAt: cache.commit, token: cache.token)
+                {
+                    database.commitLog.markForeignHistory()
+                    read.unsealed = max(read.unsealed, 1)
+                }
+                state = read
                 // Commits of other processes: published with their history, read in this snapshot.
                 database.publishCommits(through: state.commit, reading: handle)
             } catch {
@@ -131,12 +138,14 @@ final class ConnectionCore: @unchecked Sendable {
                 throw error
             }
             let movedFrom = cache.commit
+            defer { cache.token = state.token }
             guard state.unsealed != 0 else {
                 let changesets = moveCache(to: state.commit)
                 return ReadSnapshot(
                     commit: state.commit, unsealed: 0, cacheMovedFrom: movedFrom, changesets: changesets)
             }
-            if !triedSealing {
+            // (A read replica cannot seal: the writes are its primary's to number.)
+            if !triedSealing, database.replica == nil {
                 triedSealing = true
                 handle.rollback(
                     after: "a read transaction on connection '\(name)' found unsealed foreign writes",
@@ -151,6 +160,18 @@ final class ConnectionCore: @unchecked Sendable {
             return ReadSnapshot(
                 commit: state.commit, unsealed: state.unsealed, cacheMovedFrom: movedFrom, changesets: nil)
         }
+    }
+
+    /// Whether a read replica's snapshot `state` holds another history than the cache, which
+    /// holds commit `cached` with history token `token`: the same number with another token, or
+    /// a lower number (a connection follows its replica forward only, so the primary was put
+    /// back to an older commit).
+    private static func isAnotherHistory(_ state: CommitState, cachedAt cached: UInt64, token: UInt64?)
+        -> Bool
+    {
+        if state.commit < cached { return true }
+        guard state.commit == cached, let token, let current = state.token else { return false }
+        return token != current
     }
 
     /// The error to throw when SQLite ended the open transaction on its own, or `nil` while it
@@ -372,15 +393,11 @@ final class ConnectionCore: @unchecked Sendable {
         // Foreign writes that could not be sealed yet (a read-only file, or the writer busy)
         // have no commit number: they are reported as an external changeset under the number
         // of the snapshot that holds them, and again, numbered, once sealed.
+        // (So is a read replica's snapshot of another history than the cache's, which
+        // `beginReadSnapshot` reads as unsealed: the advance says that anything may have changed,
+        // even when the bookmark moved back.)
         let sameUnsealed = previousBookmark == commit && previous.bookmarkUnsealed == snapshot.unsealed
-        // A bookmark on a read replica that moved back: the primary was put back to an older
-        // commit (each connection follows the replica forward only). Nothing in the log says
-        // what differs: the cache was dropped (it moved back), and the advance says that
-        // anything may have changed. The log's newer entries are another history's.
-        let wentBack =
-            database.replica != nil && previous.deliveredThrough.map { commit < $0 } == true
-        if wentBack { database.commitLog.markForeignHistory(through: database.commitLog.latestCommit) }
-        if previous.deliveredThrough != nil, snapshot.unsealed != 0 && !sameUnsealed || wentBack {
+        if previous.deliveredThrough != nil, snapshot.unsealed != 0, !sameUnsealed {
             changesets.append(.external(commit...commit))
         }
         recordSnapshot(commit, bookmark: true, unsealed: snapshot.unsealed)

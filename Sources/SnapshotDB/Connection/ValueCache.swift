@@ -83,6 +83,9 @@ final class ValueCache {
     private let generationLimit: Int
     /// The commit whose values the cache holds.
     var commit: UInt64 = 0
+    /// The history token of that commit's row, when it was read: on a read replica, the same
+    /// number with another token is another history (its primary put back to an older commit).
+    var token: UInt64?
 
     init(limit: Int) {
         generationLimit = max(0, limit / 2)

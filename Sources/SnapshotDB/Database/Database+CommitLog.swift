@@ -66,15 +66,16 @@ extension Database {
         let published = commitLog.publishedCommit.load(ordering: .acquiring)
         guard commit > published else { return }
         var loaded: [History.Entry] = []
-        let anotherHistory = handle.map { isAnotherHistory($0, published: published) } ?? false
-        // A replica's file that went back and on past the newest commit published: the log's
-        // entries are another history's (see ``CommitLog/markForeignHistory(through:)``).
-        if anotherHistory, replica != nil { commitLog.markForeignHistory(through: published) }
-        if let handle, !anotherHistory {
+        // A read replica reads from the row of the commit published last, which the log
+        // compares with the token it published under that number (under its lock, against
+        // the newest commit published by then): another token is its primary put back to an
+        // older commit that went on past it (``CommitLog/markForeignHistory()``).
+        if let handle, replica != nil || !isAnotherHistory(handle, published: published) {
             // A damaged row (written by a foreign client) is published as external: a reader
             // must never stop at it. `ReadTransaction.changes(after:)` reports it as `corrupt`.
             let retained = commit - min(commit, UInt64(configuration.commitLogRetention))
-            let from = max(published, min(retained, oldestCommitLogPin() ?? retained))
+            var from = max(published, min(retained, oldestCommitLogPin() ?? retained))
+            if replica != nil, from > 0 { from -= 1 }
             loaded = (try? History.entries(after: from, through: commit, on: handle, path: path)) ?? []
         }
         let result = commitLog.publish(through: commit, loaded: loaded)

@@ -60,8 +60,8 @@ extension Database {
     /// and an advance may stop short of it (advance again to catch up); a snapshot behind
     /// another connection's is not taken for older contents put back. A primary that *was* put
     /// back to an older commit and went on under the same numbers is told apart by its history
-    /// rows' tokens, or by a bookmark moving back: such advances return an external changeset
-    /// and drop the cache until the replica passes the newest commit it had published.
+    /// rows' tokens, or by a connection's snapshot moving back: such advances return an external
+    /// changeset and drop the cache until the replica passes the newest commit it had published.
     /// A bookmark older than the replica's retention (`l0-retention`, 5 minutes by default, and
     /// its compactions) can find its pages gone and fail to read; advance bookmarks more often
     /// than that.

@@ -471,7 +471,8 @@ extension Database {
         throws(DatabaseError)
         -> CommitState
     {
-        if let header, let commit = knownCommit(at: header) {
+        // (Not on a read replica, whose reader compares each snapshot's history token.)
+        if let header, replica == nil, let commit = knownCommit(at: header) {
             #if DEBUG
                 let read = try handle.readCommitState()
                 assert(read.isSealed(at: commit), "wrong commit for a known header")
@@ -493,6 +494,7 @@ extension Database {
         if state.commit == published, let token = state.token, let known = commitLog.latestToken,
             known.commit == published, known.token != token
         {
+            if replica != nil { commitLog.markForeignHistory() }
             state.unsealed = max(state.unsealed, 1)
             state.isAnotherHistory = true
         }
@@ -505,7 +507,7 @@ extension Database {
         if replica != nil, state.commit < published, let token = state.token,
             let known = commitLog.token(of: state.commit), known != token
         {
-            commitLog.markForeignHistory(through: published)
+            commitLog.markForeignHistory()
             state.unsealed = max(state.unsealed, 1)
             state.isAnotherHistory = true
         }

@@ -62,7 +62,7 @@ enum HistoryTableReader {
                     connection: row.count > 4 ? text(row[4]) : nil, info: info, changes: changes))
             // The newest `last` rows: the scan runs oldest first, so older rows are dropped in
             // halves as it goes (at most twice `last` rows held).
-            if let last, listing.rows.count >= max(2 * last, 1) {
+            if let last, listing.rows.count - last >= max(last, 1) {
                 listing.rows.removeFirst(listing.rows.count - last)
             }
             return false
