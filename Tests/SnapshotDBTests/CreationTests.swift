@@ -48,6 +48,48 @@ struct CreationTests {
         }
     }
 
+    /// A file name up to the longest SQLite can open beside its `-wal` and `-shm` (the name
+    /// plus 4 bytes within the file system's 255): created, written and opened again, with no
+    /// temporary file left. The hidden temporary file's name shortens the name it carries, which
+    /// made names from 215 bytes fail before.
+    @Test(arguments: [200, 214, 215, 230, 240, 247, 251])
+    func aLongFileNameIsCreatedAsAnyOther(length: Int) throws {
+        try withTemporaryDirectory { directory throws in
+            // Multi-byte characters too: the temporary name must not cut one in half.
+            let stem = String(repeating: "é", count: (length - 7) / 2)
+            let name = stem + String(repeating: "n", count: length - 7 - stem.utf8.count) + ".sqlite"
+            #expect(name.utf8.count == length)
+            let path = directory.appendingPathComponent(name).path
+            do {
+                let db = try Database(path: path)
+                try db.newConnection().readWrite {
+                    try $0.set(Item(title: "a"), forKey: "a", inCollection: "c")
+                }
+                try db.close()
+            }
+            let reopened = try Database(path: path)
+            #expect(
+                try reopened.newConnection().read {
+                    try $0.value(forKey: "a", inCollection: "c", as: Item.self)
+                }
+                    == Item(title: "a"))
+            try reopened.close()
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == [name])
+        }
+    }
+
+    /// A name too long for SQLite's `-wal` beside it (or for the file system) is refused with
+    /// `cannotOpen`, leaving nothing behind.
+    @Test(arguments: [252, 255, 256])
+    func aFileNameTooLongForTheWALIsRefusedCleanly(length: Int) throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent(String(repeating: "n", count: length)).path
+            let error = expectError(.cannotOpen) { _ = try Database(path: path) }
+            #expect(error?.message.contains(path) == true, "\(String(describing: error))")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == [])
+        }
+    }
+
     /// A successful creation leaves only the database (and, once written, its `-wal` and `-shm`)
     /// in the directory: no temporary file.
     @Test func aCreationLeavesOnlyTheDatabase() throws {

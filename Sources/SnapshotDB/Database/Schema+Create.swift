@@ -28,9 +28,17 @@ extension Schema {
         try refuseOrphanedSideFiles(of: path)
         let url = URL(fileURLWithPath: path)
         let directory = url.deletingLastPathComponent().path
-        let temporary =
-            directory + "/." + url.lastPathComponent + ".snapshotdb-new-"
-            + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        // SQLite names the `-wal` and `-shm` after the file: a name with no room for them would
+        // be created, then fail to open, and stay behind.
+        let nameMax = pathconf(directory, Int32(_PC_NAME_MAX))
+        let nameBytes = url.lastPathComponent.utf8.count
+        if nameMax > 0, nameBytes + "-wal".utf8.count > nameMax, nameBytes <= nameMax {
+            throw DatabaseError(
+                .cannotOpen,
+                "cannot create \(path): its name is \(nameBytes) bytes, and SQLite's -wal beside it would "
+                    + "need \(nameBytes + 4), more than the \(nameMax) this file system allows")
+        }
+        let temporary = directory + "/" + temporaryName(for: url.lastPathComponent)
         defer {
             for suffix in ["", "-journal", "-wal", "-shm"] { unlink(temporary + suffix) }
         }
@@ -46,6 +54,24 @@ extension Schema {
         // The new name must survive a power cut as well as the file's contents.
         try sync(directory, what: "the directory of \(path)")
         return true
+    }
+
+    /// The hidden name a new database named `name` is made under: `.NAME.snapshotdb-new-` and 16
+    /// random hex digits, with `NAME` cut (at a character) so that the name and SQLite's
+    /// `-journal` beside it fit in a file name of 255 bytes: any name SQLite can open beside its
+    /// `-wal` can be created. (A longer name made every name from about 215 bytes fail.)
+    static func temporaryName(for name: String) -> String {
+        let random = String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        let suffix = ".snapshotdb-new-" + String(repeating: "0", count: 16 - random.utf8.count) + random
+        let room = 255 - "-journal".utf8.count - 1 - suffix.utf8.count
+        var stem = ""
+        var bytes = 0
+        for character in name {
+            bytes += character.utf8.count
+            guard bytes <= room else { break }
+            stem.append(character)
+        }
+        return "." + stem + suffix
     }
 
     /// Gives the complete file `temporary` the name `path` too, unless a file has that name:
