@@ -170,19 +170,25 @@ struct ReadReplicaTests {
         try await withTemporaryDirectory { directory in
             let path = directory.appendingPathComponent("primary.sqlite").path
             let backup = directory.appendingPathComponent("backup.sqlite").path
-            func set(_ writer: Connection, _ key: String, _ title: String) throws {
+            func set(_ writer: Connection, _ key: String, _ title: String, folder: String = "inbox") throws {
                 try writer.readWrite {
                     try $0.set(
-                        Note(title: title, folder: "inbox", archived: false), forKey: key,
+                        Note(title: title, folder: folder, archived: false), forKey: key,
                         inCollection: "notes")
                 }
             }
+            // The values, after checking that the view's rows (its layout is cached per commit)
+            // are those of the values.
             func titles(_ connection: Connection) throws -> [String: String] {
                 try connection.read { txn in
                     var titles: [String: String] = [:]
                     for key in ["n0", "n1", "n2", "n3", "n4"] {
                         titles[key] = try txn.value(forKey: key, inCollection: "notes", as: Note.self)?.title
                     }
+                    let view = try txn.view(named: "byTitle")
+                    #expect(
+                        ViewTests.rows(view) == (try ViewTests.expectedRows(txn)),
+                        "\(connection.name) at \(txn.commit): the view is not its values'")
                     return titles
                 }
             }
@@ -191,6 +197,7 @@ struct ReadReplicaTests {
                 !changesets.isEmpty && changesets.allSatisfy(\.isExternal)
             }
             var db = try Database(path: path)
+            try db.register(ViewTests.byTitle)
             var writer = db.newConnection(name: "writer")
             try set(writer, "n0", "a")
             try set(writer, "n1", "a")
@@ -198,6 +205,7 @@ struct ReadReplicaTests {
             try run("/usr/bin/sqlite3", [path, ".backup '\(backup)'"])
 
             let replica = try Database(replica: path, vfs: "unix")
+            try replica.register(ViewTests.byTitle)
             let same = replica.newConnection(name: "same")  // meets the new history at its number
             let forward = replica.newConnection(name: "forward")  // at a higher number
             let reader = replica.newConnection(name: "reader")  // plain reads, at its number
@@ -209,6 +217,7 @@ struct ReadReplicaTests {
             let link = directory.appendingPathComponent("link.sqlite").path
             try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: path)
             let otherReplica = try Database(replica: link, vfs: "unix")
+            try otherReplica.register(ViewTests.byTitle)
             let jumper = otherReplica.newConnection(name: "jumper")
             let follower = otherReplica.newConnection(name: "follower")
             try jumper.beginLongLivedReadTransaction()
@@ -216,6 +225,7 @@ struct ReadReplicaTests {
             let secondLink = directory.appendingPathComponent("second-link.sqlite").path
             try FileManager.default.createSymbolicLink(atPath: secondLink, withDestinationPath: path)
             let thirdReplica = try Database(replica: secondLink, vfs: "unix")
+            try thirdReplica.register(ViewTests.byTitle)
             let ahead = thirdReplica.newConnection(name: "ahead")
             try ahead.beginLongLivedReadTransaction()
 
@@ -241,6 +251,7 @@ struct ReadReplicaTests {
             try db.close()
             try run("/usr/bin/sqlite3", [path, ".restore '\(backup)'"])
             db = try Database(path: path)
+            try db.register(ViewTests.byTitle)
             writer = db.newConnection(name: "writer")
             try set(writer, "n0", "new")  // commit putBack + 1 set n1 in the old history
             #expect(db.latestCommit == putBack + 1)
@@ -259,8 +270,14 @@ struct ReadReplicaTests {
             }
             #expect(try titles(replica.newConnection(name: "fresh")) == second)
 
-            try set(writer, "n2", "new")  // the newest commit the replica published, again
+            try set(writer, "n2", "new", folder: "work")  // the newest commit the replica published, again
             #expect(db.latestCommit == published)
+            // A new connection at that number first: the layout of the view published for it is
+            // the old history's.
+            #expect(
+                try titles(replica.newConnection(name: "first")) == [
+                    "n0": "new", "n1": "a", "n2": "new", "n4": "new",
+                ])
             #expect(isExternal(try newest.beginLongLivedReadTransaction()))
             #expect(try titles(newest) == ["n0": "new", "n1": "a", "n2": "new", "n4": "new"])
 

@@ -44,7 +44,7 @@ final class CommitLog: Sendable {
         var tokens: [UInt64: UInt64] = [:]
         /// The entries through this commit may belong to a history the file no longer holds (a
         /// read replica whose primary was put back to an older commit): no changeset after an
-        /// earlier commit is answered from them (see ``markForeignHistory(through:)``).
+        /// earlier commit is answered from them (see ``markForeignHistory()``).
         var foreignThrough: UInt64 = 0
         /// Set by a mark: the next publish is one external changeset, which tells subscribers
         /// that anything may have changed (they heard the old history's commits).
@@ -200,12 +200,14 @@ final class CommitLog: Sendable {
                         && state.tokens[entry.number].map { $0 != entry.token } == true
                 }
                 if another { Self.markForeignHistory(in: &state) }
+                // Kept even when published as external: a later publish compares its rows with
+                // them (a lagging connection may publish the old history's rows after a mark).
+                for entry in entries where entry.number > state.latestCommit && entry.number <= commit {
+                    state.tokens[entry.number] = entry.token
+                }
                 if state.announcesForeignHistory {
                     state.announcesForeignHistory = false
                     entries = []
-                }
-                for entry in entries where entry.number > state.latestCommit && entry.number <= commit {
-                    state.tokens[entry.number] = entry.token
                 }
             }
             let (changesets, token) = Self.changesets(through: commit, loaded: entries, in: &state)

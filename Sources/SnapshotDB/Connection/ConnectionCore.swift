@@ -138,9 +138,9 @@ final class ConnectionCore: @unchecked Sendable {
                 throw error
             }
             let movedFrom = cache.commit
-            defer { cache.token = state.token }
             guard state.unsealed != 0 else {
                 let changesets = moveCache(to: state.commit)
+                cache.token = state.token
                 return ReadSnapshot(
                     commit: state.commit, unsealed: 0, cacheMovedFrom: movedFrom, changesets: changesets)
             }
@@ -157,10 +157,15 @@ final class ConnectionCore: @unchecked Sendable {
             database.publishCommits(through: state.commit)
             cache.removeAll()
             cache.commit = state.commit
+            cache.token = state.token
             return ReadSnapshot(
                 commit: state.commit, unsealed: state.unsealed, cacheMovedFrom: movedFrom, changesets: nil)
         }
     }
+
+    /// The history token of the open snapshot's commit, when its row was read (always on a read
+    /// replica, where transactions read it); the value cache's, which moves with the snapshot.
+    var snapshotToken: UInt64? { cache.token }
 
     /// Whether a read replica's snapshot `state` holds another history than the cache, which
     /// holds commit `cached` with history token `token`: the same number with another token, or

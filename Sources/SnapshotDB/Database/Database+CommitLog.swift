@@ -66,10 +66,10 @@ extension Database {
         let published = commitLog.publishedCommit.load(ordering: .acquiring)
         guard commit > published else { return }
         var loaded: [History.Entry] = []
-        // A read replica reads from the row of the commit published last, which the log
-        // compares with the token it published under that number (under its lock, against
-        // the newest commit published by then): another token is its primary put back to an
-        // older commit that went on past it (``CommitLog/markForeignHistory()``).
+        // A read replica reads one row more than it publishes (the row of the commit published
+        // last, unless retention starts it later), which the log compares, under its lock, with
+        // the tokens it published under those numbers: another token is its primary put back to
+        // an older commit that went on past it (``CommitLog/markForeignHistory()``).
         if let handle, replica != nil || !isAnotherHistory(handle, published: published) {
             // A damaged row (written by a foreign client) is published as external: a reader
             // must never stop at it. `ReadTransaction.changes(after:)` reports it as `corrupt`.

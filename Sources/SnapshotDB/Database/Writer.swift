@@ -498,14 +498,15 @@ extension Database {
             state.unsealed = max(state.unsealed, 1)
             state.isAnotherHistory = true
         }
-        // On a read replica, a snapshot behind the newest commit published whose row has another
-        // token than the one published under its number is the primary put back to an older
-        // commit (a point-in-time restore) that went on, or not, with other commits: the log's
-        // changesets are perhaps another history's. They are marked so (no reader moves its
-        // cache or reports an advance by them), and this snapshot is read unsealed, with its
-        // cache dropped, and reported as external even when the bookmark moved back to it.
-        if replica != nil, state.commit < published, let token = state.token,
-            let known = commitLog.token(of: state.commit), known != token
+        // On a read replica, a snapshot whose row has another token than the one published
+        // under its number is the primary put back to an older commit (a point-in-time restore)
+        // that went on, or not, with other commits: the log's changesets are perhaps another
+        // history's. They are marked so (no reader moves its cache or reports an advance by
+        // them), and this snapshot is read unsealed, with its cache dropped, and reported as
+        // external even when the bookmark moved back to it. (Whatever `published`, loaded before
+        // the transaction began: the log's tokens are read now.)
+        if replica != nil, let token = state.token, let known = commitLog.token(of: state.commit),
+            known != token
         {
             commitLog.markForeignHistory()
             state.unsealed = max(state.unsealed, 1)

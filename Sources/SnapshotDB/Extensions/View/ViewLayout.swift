@@ -348,13 +348,21 @@ struct ViewLayout: Sendable {
         let commit = transaction.commit
         let handle = context.handle
         let handleCache = ExtensionHandleCache.of(handle)
-        if let kept = handleCache.viewLayouts[name], kept.commit == commit { return kept.layout.layout }
-        let caches = transaction.core.database.extensionCaches
+        // On a read replica a commit number can name two states (its primary put back to an
+        // older commit went on under the same numbers): a layout is used only for the history
+        // token it was loaded at.
+        let database = transaction.core.database
+        let token = database.replica != nil ? transaction.core.snapshotToken : nil
+        if let kept = handleCache.viewLayouts[name], kept.commit == commit, kept.layout.token == token {
+            return kept.layout.layout
+        }
+        let caches = database.extensionCaches
         let box: ViewLayoutBox
-        if let published = caches.published(name, at: commit) as? ViewLayoutBox {
+        if let published = caches.published(name, at: commit) as? ViewLayoutBox, published.token == token {
             box = published
         } else {
-            box = ViewLayoutBox(try load(handle: handle, prefix: context.tablePrefix, keyed: keyed))
+            box = ViewLayoutBox(
+                try load(handle: handle, prefix: context.tablePrefix, keyed: keyed), token: token)
             caches.offer(name, at: commit, box)
         }
         handleCache.viewLayouts[name] = (commit, box)
@@ -365,8 +373,14 @@ struct ViewLayout: Sendable {
 /// A layout shared between connections.
 final class ViewLayoutBox: Sendable {
     let layout: ViewLayout
+    /// On a read replica, the history token of the commit it describes (see
+    /// ``ViewLayout/committed(name:context:transaction:keyed:)``); `nil` on a primary.
+    let token: UInt64?
 
-    init(_ layout: ViewLayout) { self.layout = layout }
+    init(_ layout: ViewLayout, token: UInt64? = nil) {
+        self.layout = layout
+        self.token = token
+    }
 }
 
 /// A view writer, whose layout a read inside its transaction uses.
