@@ -246,15 +246,24 @@ struct ReadReplicaTests {
             try thirdReplica.newConnection(name: "follower").beginLongLivedReadTransaction()
             #expect(thirdReplica.latestCommit == published)
             let subscription = replica.changes()
+            let otherSubscription = otherReplica.changes()
 
-            // Put back, and on with other commits under the same numbers.
+            // Put back: the other replica's watcher, whose handle now sees an older commit, ends
+            // its changes() stream (subscribe again and advance), with no connection reading.
             try db.close()
             try run("/usr/bin/sqlite3", [path, ".restore '\(backup)'"])
+            let otherHeard = await Self.untilEnded(otherSubscription)
+            #expect(otherHeard == [], "the stream did not end: \(String(describing: otherHeard))")
+            // And on with other commits under the same numbers: this replica's watcher ends its
+            // stream too.
             db = try Database(path: path)
             try db.register(ViewTests.byTitle)
             writer = db.newConnection(name: "writer")
             try set(writer, "n0", "new")  // commit putBack + 1 set n1 in the old history
             #expect(db.latestCommit == putBack + 1)
+            let ended = await Self.untilEnded(subscription)
+            #expect(ended == [], "the stream did not end: \(String(describing: ended))")
+            let again = replica.changes()
             let first = ["n0": "new", "n1": "a"]
             #expect(isExternal(try same.beginLongLivedReadTransaction()))
             #expect(try commit(same) == putBack + 1)
@@ -300,10 +309,10 @@ struct ReadReplicaTests {
                 #expect(try titles(connection)["n1"] == "last")
             }
 
-            // The subscriber heard nothing under the numbers it had heard, then the new history
-            // as one external changeset, then exact changesets.
+            // Subscribed again, it heard nothing under the numbers it had heard, then the new
+            // history past them as one external changeset, then exact changesets.
             var heard: [Changeset] = []
-            for await changeset in subscription {
+            for await changeset in again {
                 heard.append(changeset)
                 if changeset.commit >= published + 2 { break }
             }
@@ -313,6 +322,25 @@ struct ReadReplicaTests {
             try thirdReplica.close()
             try replica.close()
             try db.close()
+        }
+    }
+
+    /// What `stream` yields until it ends, or `nil` when it has not ended within 60 s (a bound
+    /// against a hang, not a wait for anything: the stream ends on its own or the test fails).
+    static func untilEnded(_ stream: AsyncStream<Changeset>) async -> [Changeset]? {
+        await withTaskGroup(of: [Changeset]?.self) { group in
+            group.addTask {
+                var heard: [Changeset] = []
+                for await changeset in stream { heard.append(changeset) }
+                return Task.isCancelled ? nil : heard
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(60))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
         }
     }
 

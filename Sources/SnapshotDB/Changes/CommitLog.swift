@@ -97,8 +97,20 @@ final class CommitLog: Sendable {
     /// so ``changesets(after:through:)`` answers `nil` for any span that starts before the
     /// newest commit published: a reader drops its cache and reports the span as external. The
     /// tokens are forgotten with them.
-    func markForeignHistory() {
-        state.withLock { Self.markForeignHistory(in: &$0) }
+    ///
+    /// A mark that is new (commits were published since the last one) also ends every
+    /// ``Database/changes()`` stream, whose numbers would otherwise go on past the old
+    /// history's with nothing for the commits the file now holds under them: a stream that
+    /// ends is the documented call to subscribe again and advance. Observers get an external
+    /// changeset numbered `commit`, the replica's commit now. Returns the streams to finish
+    /// once no lock is held.
+    func markForeignHistory(at commit: UInt64) -> [AsyncStream<Changeset>.Continuation] {
+        state.withLock { state in
+            let isNew = state.latestCommit > state.foreignThrough
+            Self.markForeignHistory(in: &state)
+            guard isNew else { return [] }
+            return state.subscribers.removeStreams(notifyingObservers: .external(commit...commit))
+        }
     }
 
     private static func markForeignHistory(in state: inout State) {

@@ -17,6 +17,10 @@ extension Database {
     /// changesets: the first subscription starts a watcher of the `-wal` (inotify on Linux; it
     /// costs nothing while the database is idle, see ``ForeignCommitWatcher``).
     ///
+    /// On a read replica whose primary was put back to an older commit (numbers it will reuse
+    /// for other commits), every stream ends as soon as the replica sees it: subscribe again
+    /// and advance, which returns an external changeset.
+    ///
     /// ```swift
     /// let commits = db.changes()
     /// try ui.beginLongLivedReadTransaction()

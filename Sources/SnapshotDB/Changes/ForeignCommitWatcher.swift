@@ -150,6 +150,7 @@ final class ForeignCommitWatcher: Sendable {
         defer { watcher.end() }
         var handle: SQLiteHandle?
         var lastHeader: WALIndexHeader?
+        var lastCommit: UInt64?
         // The first look is at once: commits made before the watch was added raised no event.
         var settle = 1
         while true {
@@ -173,7 +174,8 @@ final class ForeignCommitWatcher: Sendable {
             guard let database = database.database, !database.isClosed else { return }
             if !watcher.isWatching { watcher.retry() }
             checks.add(1, ordering: .relaxed)
-            let changed = Self.check(database, handle: &handle, lastHeader: &lastHeader)
+            let changed = Self.check(
+                database, handle: &handle, lastHeader: &lastHeader, lastCommit: &lastCommit)
             if woken || changed {
                 settle = 1
             } else if settle > 0 {
@@ -197,14 +199,22 @@ final class ForeignCommitWatcher: Sendable {
     }
 
     /// Looks at the WAL-index header and publishes what changed; returns whether it changed.
+    ///
+    /// On a read replica it also watches for the primary put back to an older commit: the
+    /// commit its own handle sees goes down (a handle follows the replica forward only), or
+    /// ``Database/commitState(of:header:published:)`` finds another history token; either
+    /// marks the commit log, which ends the `changes()` streams (subscribers are woken to
+    /// advance) instead of leaving them silent until the replica passes the old numbers.
     private static func check(
-        _ database: Database, handle: inout SQLiteHandle?, lastHeader: inout WALIndexHeader?
+        _ database: Database, handle: inout SQLiteHandle?, lastHeader: inout WALIndexHeader?,
+        lastCommit: inout UInt64?
     )
         -> Bool
     {
         do throws(DatabaseError) {
             if handle == nil {
                 handle = try database.openHandle()
+                lastCommit = nil
             }
             guard let handle else { return false }
             let header = handle.walIndexHeader()
@@ -227,6 +237,10 @@ final class ForeignCommitWatcher: Sendable {
             let after = handle.walIndexHeader()
             let snapshotHeader = header.flatMap { $0 == after ? $0 : nil }
             let state = try database.commitState(of: handle, header: snapshotHeader, published: published)
+            if database.replica != nil, let lastCommit, state.commit < lastCommit {
+                database.markForeignHistory(at: state.commit)
+            }
+            lastCommit = state.commit
             database.publishCommits(through: state.commit, reading: handle)
             if state.unsealed != 0 { database.writer.requestSeal(database) }
             let changed = after != lastHeader

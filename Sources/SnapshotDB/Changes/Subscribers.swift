@@ -37,6 +37,22 @@ struct Subscribers<Element: Sendable> {
         entries.removeValue(forKey: id)
     }
 
+    /// Removes the streams and returns them, to be finished outside the lock, and delivers
+    /// `element` to the observers, which stay.
+    mutating func removeStreams(notifyingObservers element: Element) -> [AsyncStream<Element>.Continuation] {
+        var streams: [AsyncStream<Element>.Continuation] = []
+        for (id, subscriber) in entries {
+            switch subscriber {
+            case .stream(let continuation):
+                entries[id] = nil
+                streams.append(continuation)
+            case .observer(let queue, let body):
+                queue.async { body(element) }
+            }
+        }
+        return streams
+    }
+
     /// Removes every subscriber and returns their streams, to be finished outside the lock.
     mutating func removeAll() -> [AsyncStream<Element>.Continuation] {
         defer { entries = [:] }

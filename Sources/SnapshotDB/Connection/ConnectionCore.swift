@@ -125,7 +125,7 @@ final class ConnectionCore: @unchecked Sendable {
                 if database.replica != nil,
                     Self.isAnotherHistory(read, cachedAt: cache.commit, token: cache.token)
                 {
-                    database.commitLog.markForeignHistory()
+                    database.markForeignHistory(at: read.commit)
                     read.unsealed = max(read.unsealed, 1)
                 }
                 state = read

@@ -84,6 +84,12 @@ extension Database {
         if result.needsTrim { commitLog.trim(oldestPinned: oldestCommitLogPin()) }
     }
 
+    /// A read replica found its primary put back to an older commit, its snapshot at `commit`:
+    /// see ``CommitLog/markForeignHistory(at:)``.
+    func markForeignHistory(at commit: UInt64) {
+        for continuation in commitLog.markForeignHistory(at: commit) { continuation.finish() }
+    }
+
     /// This process's commit `commit` is in the file (its SQLite `COMMIT` returned), its last
     /// WAL frames ending at `frames`: it is published (from the pending changeset), the
     /// checkpointer hears of it once, and the history purge runs when it is due. The one call

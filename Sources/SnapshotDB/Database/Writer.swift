@@ -494,7 +494,7 @@ extension Database {
         if state.commit == published, let token = state.token, let known = commitLog.latestToken,
             known.commit == published, known.token != token
         {
-            if replica != nil { commitLog.markForeignHistory() }
+            if replica != nil { markForeignHistory(at: state.commit) }
             state.unsealed = max(state.unsealed, 1)
             state.isAnotherHistory = true
         }
@@ -508,7 +508,7 @@ extension Database {
         if replica != nil, let token = state.token, let known = commitLog.token(of: state.commit),
             known != token
         {
-            commitLog.markForeignHistory()
+            markForeignHistory(at: state.commit)
             state.unsealed = max(state.unsealed, 1)
             state.isAnotherHistory = true
         }
