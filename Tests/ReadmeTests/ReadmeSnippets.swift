@@ -30,7 +30,7 @@ func usage() throws -> (db: Database, ui: Connection, writer: Connection) {
     try writer.readWrite { txn in  // commits on return, rolls back on throw
         try txn.set(Item(title: "a"), forKey: "1", inCollection: "items")
         try txn.removeValue(forKey: "2", inCollection: "items")
-        try txn.savepoint { txn in  // nested; rolled back alone on throw
+        try txn.savepoint { txn in  // nested: a throw undoes only this part, and propagates
             try txn.set(Item(title: "draft"), forKey: "3", inCollection: "items")
         }
         txn.info = ["source": "sync"]  // travels with the changeset

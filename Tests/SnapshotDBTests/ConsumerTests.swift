@@ -452,4 +452,49 @@ extension ConsumerTests {
             #expect(try writer.read { try again.position(in: $0) } == commits)
         }
     }
+
+    /// A consumer registered with `startingAfter:` sees the commits made before it existed, as far
+    /// back as the history holds; one registered plainly starts at the newest commit; one the file
+    /// has keeps its place.
+    @Test func aConsumerCanStartAfterAnEarlierCommit() throws {
+        var configuration = Configuration()
+        configuration.historyRetention = HistoryRetention(commits: 10)
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let writer = db.newConnection(name: "writer")
+            for index in 0..<5 {
+                try writer.readWrite { try $0.set(index, forKey: "k\(index)", inCollection: "c") }
+            }
+            let late = try db.consumer(named: "late")
+            let outbox = try db.consumer(named: "outbox", startingAfter: 0)
+            let reader = db.newConnection(name: "reader")
+            #expect(try reader.read { try late.pending(in: $0) }.isEmpty)
+            let pending = try reader.read { try outbox.pending(in: $0) }
+            #expect(pending.map(\.commit) == Array(1...5))
+            #expect(pending.map { $0.setKeys["c"] } == (0..<5).map { ["k\($0)"] })
+            let middle = try db.consumer(named: "middle", startingAfter: 3)
+            #expect(try reader.read { try middle.pending(in: $0) }.map(\.commit) == [4, 5])
+            // Registered already: the place stays.
+            try writer.readWrite { try outbox.acknowledge(through: 2, in: $0) }
+            _ = try db.consumer(named: "outbox", startingAfter: 0)
+            #expect(try reader.read { try outbox.position(in: $0) } == 2)
+
+            let ahead = expectError(.misuse) { _ = try db.consumer(named: "ahead", startingAfter: 6) }
+            #expect(ahead?.message.contains("the newest commit is 5") == true, "\(String(describing: ahead))")
+            // Past the retention bound: the history holds the newest 10 commits only.
+            for index in 5..<20 {
+                try writer.readWrite { try $0.set(index, forKey: "k\(index)", inCollection: "c") }
+            }
+            try db.removeConsumer(named: "outbox")
+            try db.removeConsumer(named: "middle")
+            try db.removeConsumer(named: "late")
+            _ = try db.purgeHistory()
+            let purged = expectError(.historyUnavailable) {
+                _ = try db.consumer(named: "new", startingAfter: 0)
+            }
+            #expect(purged?.message.contains("after 10 only") == true, "\(String(describing: purged))")
+            #expect(try sqlite3(db.path, "SELECT count(*) FROM snapshotdb_consumers") == "0\n")
+            let recent = try db.consumer(named: "new", startingAfter: 15)
+            #expect(try reader.read { try recent.pending(in: $0) }.map(\.commit) == Array(16...20))
+        }
+    }
 }

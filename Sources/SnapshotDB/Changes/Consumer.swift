@@ -257,20 +257,55 @@ public struct ConsumerBatches: AsyncSequence, Sendable {
 
 extension Database {
     /// The named consumer, registered at the newest commit if the file has no consumer of that
-    /// name yet (a write that is not a commit); see ``Consumer``.
+    /// name yet (a write that is not a commit): its first batch holds the commits made after
+    /// this call. To start earlier, see ``consumer(named:startingAfter:)``; see ``Consumer``.
     ///
     /// - Throws: what a read-write transaction throws (`readOnly`, `busy`, `databaseClosed`).
     public func consumer(named name: String) throws -> Consumer {
+        try consumer(named: name, startingAt: nil)
+    }
+
+    /// The named consumer, registered after commit `commit` if the file has no consumer of that
+    /// name yet (a write that is not a commit): its first batch starts with commit `commit + 1`.
+    /// `startingAfter: 0` feeds it every commit the durable history holds, for a consumer that
+    /// must see what was written before it existed (a search index, an outbox). A consumer the
+    /// file already has keeps its position.
+    ///
+    /// - Throws: `historyUnavailable` when the history no longer holds the commits after
+    ///   `commit` (purged past retention, or before the file's upgrade), naming the oldest it
+    ///   holds; `misuse` for a commit after the newest; what a read-write transaction throws
+    ///   (`readOnly`, `busy`, `databaseClosed`).
+    public func consumer(named name: String, startingAfter commit: UInt64) throws -> Consumer {
+        try consumer(named: name, startingAt: commit)
+    }
+
+    private func consumer(named name: String, startingAt start: UInt64?) throws -> Consumer {
         let connection = newConnection(name: "consumer \(name)")
         try connection.readWrite { txn in
             let handle = try txn.core.handle()
             let exists = try handle.cachedStatement("SELECT 1 FROM snapshotdb_consumers WHERE name = ?1")
             defer { exists.reset() }
             try exists.bind(name, at: 1)
-            if try !exists.step() {
-                try Consumer.move(name, to: txn.commit, expired: false, handle: handle)
-                txn.wroteBookkeeping = true
+            guard try !exists.step() else { return }
+            var position = txn.commit
+            if let start {
+                guard start <= txn.commit else {
+                    throw DatabaseError(
+                        .misuse,
+                        "consumer '\(name)' cannot start after commit \(start): the newest commit is \(txn.commit)"
+                    )
+                }
+                let floor = try History.floor(on: handle)
+                guard start >= floor else {
+                    throw DatabaseError(
+                        .historyUnavailable,
+                        "consumer '\(name)' cannot start after commit \(start): the history holds the commits "
+                            + "after \(floor) only (older ones were purged past its retention)")
+                }
+                position = start
             }
+            try Consumer.move(name, to: position, expired: false, handle: handle)
+            txn.wroteBookkeeping = true
         }
         return Consumer(name: name, database: self)
     }

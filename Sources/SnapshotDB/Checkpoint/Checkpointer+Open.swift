@@ -1,5 +1,6 @@
 internal import Foundation
 internal import Logging
+internal import SnapshotDBInspection
 internal import SnapshotDBLocking
 
 extension Checkpointer {
@@ -57,16 +58,25 @@ extension Checkpointer {
         case .success(let result) where result.isComplete:
             frames = 0
             checkpointed = 0
-            logger.notice(
-                "\(walSize) (\(walFrames) frames); checkpointed and truncated it", metadata: metadata)
+            // A WAL left by an earlier run is worth a notice; the WAL of another process that has
+            // the file open now is what processes sharing a file make: info.
+            let sharers = Self.otherProcessesWithTheFileOpen(path)
+            if sharers.isEmpty {
+                logger.notice(
+                    "\(walSize) (\(walFrames) frames); checkpointed and truncated it", metadata: metadata)
+            } else {
+                logger.info(
+                    "\(walSize) (\(walFrames) frames) of \(sharers), which has the file open; checkpointed and truncated it",
+                    metadata: metadata)
+            }
         case .success:
-            // Another process reading the file is what several processes sharing it do: worth a
-            // notice, not a warning (the monitor warns if the WAL then grows past its bounds).
+            // Another process reading the file is what several processes sharing it do: info, not
+            // a warning (the monitor warns if the WAL then grows past its bounds).
             let readers = externalReaders()
             let culprits =
                 readers.isEmpty
                 ? "a reader in another process" : Self.culpritList(Self.culpritNames([], readers))
-            logger.notice(
+            logger.info(
                 "\(walSize) (\(frames) frames, \(checkpointed) checkpointed); it cannot be reset while \(culprits) reads it",
                 metadata: metadata)
         case .failure(let error) where error.code == .readOnly:
@@ -80,6 +90,20 @@ extension Checkpointer {
                 "\(walSize); it could not be checkpointed: \(Self.openCheckpointFailure(error))",
                 metadata: metadata)
         }
+    }
+
+    /// The other processes that have the database at `path` open (they hold the `-shm`'s
+    /// dead-man switch), as "process 123" or "processes 123, 456"; empty when none does, or
+    /// when the locks cannot be listed.
+    static func otherProcessesWithTheFileOpen(_ path: String) -> String {
+        let ownProcess = getpid()
+        let others = Set(
+            ((try? SnapshotDBInspector.probeLocks(databaseAt: path))?.connectedProcesses ?? []).compactMap(
+                \.pid)
+        ).subtracting([ownProcess]).sorted()
+        guard !others.isEmpty else { return "" }
+        return (others.count == 1 ? "process " : "processes ")
+            + others.map(String.init).joined(separator: ", ")
     }
 
     /// Why the open's checkpoint failed, in words: a full disk first, since it is the usual

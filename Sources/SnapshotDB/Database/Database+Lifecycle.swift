@@ -85,7 +85,8 @@ extension Database {
                 $0.slot > 0 && $0.processID != ownProcess
             }
         if checkpointing.replicator == nil, let reader = foreignReaders.first {
-            checkpointer.logger.notice(
+            // What processes sharing a file do: info, not a notice.
+            checkpointer.logger.info(
                 "closing while process \(reader.processID) reads the WAL: checkpointed (PASSIVE) and left to it",
                 metadata: ["reader_pid": "\(reader.processID)"])
         }
