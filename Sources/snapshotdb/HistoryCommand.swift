@@ -38,6 +38,15 @@ struct History: ParsableCommand {
         }
     }
 
+    /// What the options select, in words (`nil` for every commit): the text form says it, so
+    /// that the range the history holds is not read as the range listed.
+    var selection: String? {
+        let after = after.map { " after \($0)" } ?? ""
+        if let last { return "the newest \(last)\(after)" }
+        if let limit { return "the oldest \(limit)\(after)" }
+        return self.after.map { "those after \($0)" }
+    }
+
     func run() throws {
         let listing: HistoryListing
         do {
@@ -68,7 +77,7 @@ struct History: ParsableCommand {
         let document = HistoryDocument(
             path: database.file, oldestCommit: listing.oldestCommit, newestCommit: listing.newestCommit,
             rowCount: listing.rowCount, bytes: listing.bytes, consumers: listing.consumers, commits: entries,
-            damage: damage)
+            damage: damage, selection: selection)
         if json {
             Output.write(try Output.json(document) + "\n")
         } else {
@@ -155,12 +164,22 @@ struct HistoryDocument: Encodable {
     var consumers: [HistoryConsumer]
     var commits: [HistoryEntry]
     var damage: String?
+    /// The options' selection (text form only).
+    var selection: String? = nil
+
+    private enum CodingKeys: String, CodingKey {
+        case formatVersion, path, oldestCommit, newestCommit, rowCount, bytes, consumers, commits, damage
+    }
 
     func text() -> String {
         var lines = [
-            "history of \(path): commits after \(oldestCommit.map(String.init) ?? "?") through "
+            "history of \(path): holds the commits after \(oldestCommit.map(String.init) ?? "?") through "
                 + "\(newestCommit.map(String.init) ?? "?") (\(rowCount) rows, about \(bytes) bytes)"
         ]
+        if let selection {
+            let listed = commits.filter { $0.kind != "start" }.count
+            lines.append("listing \(selection): \(listed) commit\(listed == 1 ? "" : "s")")
+        }
         for consumer in consumers {
             let lag = (newestCommit ?? 0) > consumer.position ? (newestCommit ?? 0) - consumer.position : 0
             lines.append(

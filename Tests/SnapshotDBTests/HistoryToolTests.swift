@@ -66,7 +66,9 @@ struct HistoryToolTests {
             let text = try ChildProcess.run(tool, ["history", db.path, "--after", "2", "--limit", "1"])
             #expect(text.status == 0)
             let lines = text.standardOutput.split(separator: "\n")
-            #expect(lines.count == 3, "\(text.standardOutput)")  // summary, consumer, one commit
+            #expect(lines.count == 4, "\(text.standardOutput)")  // summary, selection, consumer, one commit
+            #expect(lines[0].contains("holds the commits after 0 through \(db.latestCommit)"))
+            #expect(lines[1] == "listing the oldest 1 after 2: 1 commit", "\(text.standardOutput)")
             #expect(lines.last?.hasPrefix("3  ") == true)
             #expect(lines.last?.contains(#"removed notes["n1"]"#) == true)
 
@@ -89,6 +91,8 @@ struct HistoryToolTests {
                 line.split(separator: " ", maxSplits: 1).first.flatMap { UInt64($0) }
             }
             #expect(listed == expected.map(\.commit).filter { $0 > 2 }, "\(lastAfter.standardOutput)")
+            #expect(
+                lastAfter.standardOutput.contains("listing the newest 5 after 2: \(listed.count) commits"))
             let both = try ChildProcess.run(tool, ["history", db.path, "--limit", "1", "--last", "1"])
             #expect(both.status == 64, "\(both.standardError)")
             #expect(both.standardError.contains("give one of them"), "\(both.standardError)")
