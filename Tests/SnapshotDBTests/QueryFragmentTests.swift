@@ -46,6 +46,7 @@ struct QueryFragmentTests {
         ("age > 1) UNION SELECT 1 FROM secret --", "not valid SQL"),
         ("city = 'x' AND sqlite_version() > ''", "function sqlite_version"),
         ("age >", "not valid SQL"),
+        ("price > 3", "no such column: price; the columns are city, age, score"),
     ])
     func hostileFragmentsAreRefusedBeforeTheyRun(_ fragment: String, _ reason: String) throws {
         try Self.withIndexTable { handle throws in

@@ -116,9 +116,14 @@ extension SQLiteHandle {
                 .invalidQuery, "the query fragment \(QuotedInput.quote(fragment)) may not use \(refusal)")
         }
         guard result == SQLITE_OK else {
+            let message = String(cString: sqlite3_errmsg(pointer))
+            // A misspelt or undeclared column: say which ones there are.
+            let columns =
+                message.hasPrefix("no such column")
+                ? "; the columns are " + policy.columnList.joined(separator: ", ") : ""
             throw DatabaseError(
                 .invalidQuery,
-                "the query fragment \(QuotedInput.quote(fragment)) is not valid SQL: \(String(cString: sqlite3_errmsg(pointer)))",
+                "the query fragment \(QuotedInput.quote(fragment)) is not valid SQL: \(message)\(columns)",
                 sqliteCode: result)
         }
         guard rest.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
