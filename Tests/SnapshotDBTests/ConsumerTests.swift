@@ -480,7 +480,7 @@ extension ConsumerTests {
 
             let ahead = expectError(.misuse) { _ = try db.consumer(named: "ahead", startingAfter: 6) }
             #expect(ahead?.message.contains("the newest commit is 5") == true, "\(String(describing: ahead))")
-            // Past the retention bound: the history holds the newest 10 commits only.
+            // Past the retention bound: the history keeps the newest 10 commits only.
             for index in 5..<20 {
                 try writer.readWrite { try $0.set(index, forKey: "k\(index)", inCollection: "c") }
             }
@@ -489,12 +489,41 @@ extension ConsumerTests {
             try db.removeConsumer(named: "late")
             _ = try db.purgeHistory()
             let purged = expectError(.historyUnavailable) {
-                _ = try db.consumer(named: "new", startingAfter: 0)
+                _ = try db.consumer(named: "new", startingAfter: 9)
             }
             #expect(purged?.message.contains("after 10 only") == true, "\(String(describing: purged))")
             #expect(try sqlite3(db.path, "SELECT count(*) FROM snapshotdb_consumers") == "0\n")
             let recent = try db.consumer(named: "new", startingAfter: 15)
             #expect(try reader.read { try recent.pending(in: $0) }.map(\.commit) == Array(16...20))
+        }
+    }
+
+    /// A start the purge has not reached yet but is past the retention bound is refused too: the
+    /// next purge step would expire the consumer before it read anything.
+    @Test func aConsumerCannotStartPastTheRetentionBoundBeforeThePurge() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("db.sqlite").path
+            do {
+                let db = try Database(path: path)
+                let writer = db.newConnection(name: "writer")
+                for index in 0..<20 {
+                    try writer.readWrite { try $0.set(index, forKey: "k\(index)", inCollection: "c") }
+                }
+                try db.close()
+            }
+            var configuration = Configuration()
+            configuration.historyRetention = HistoryRetention(commits: 10)
+            let db = try Database(path: path, configuration: configuration)
+            // Not purged yet:
+            #expect(try sqlite3(path, "SELECT min(number) FROM snapshotdb_history") == "0\n")
+            let early = expectError(.historyUnavailable) {
+                _ = try db.consumer(named: "early", startingAfter: 9)
+            }
+            #expect(early?.message.contains("after 10 only") == true, "\(String(describing: early))")
+            let kept = try db.consumer(named: "kept", startingAfter: 10)
+            _ = try db.purgeHistory()
+            #expect(try db.newConnection().read { try kept.pending(in: $0) }.map(\.commit) == Array(11...20))
+            try db.close()
         }
     }
 }

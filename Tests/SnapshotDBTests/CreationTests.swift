@@ -49,14 +49,15 @@ struct CreationTests {
     }
 
     /// A file name up to the longest SQLite can open beside its `-wal` and `-shm` (the name
-    /// plus 4 bytes within the file system's 255): created, written and opened again, with no
-    /// temporary file left. The hidden temporary file's name shortens the name it carries, which
-    /// made names from 215 bytes fail before.
+    /// plus 4 bytes within the file system's 255): created, written, opened again and backed up
+    /// to, with no temporary file left. The hidden temporary files' names shorten the name they
+    /// carry, which made names from 215 bytes (211 for a backup) fail before.
     @Test(arguments: [200, 214, 215, 230, 240, 247, 251])
     func aLongFileNameIsCreatedAsAnyOther(length: Int) throws {
         try withTemporaryDirectory { directory throws in
-            // Multi-byte characters too: the temporary name must not cut one in half.
-            let stem = String(repeating: "é", count: (length - 7) / 2)
+            // Three-byte characters after two ASCII ones: cutting the temporary names at a byte
+            // count would split one in half (an invalid name on some file systems).
+            let stem = "ab" + String(repeating: "€", count: (length - 9) / 3)
             let name = stem + String(repeating: "n", count: length - 7 - stem.utf8.count) + ".sqlite"
             #expect(name.utf8.count == length)
             let path = directory.appendingPathComponent(name).path
@@ -73,8 +74,27 @@ struct CreationTests {
                     try $0.value(forKey: "a", inCollection: "c", as: Item.self)
                 }
                     == Item(title: "a"))
+            // A backup's copy is in rollback mode until opened: SQLite needs room for its
+            // `-journal` name (8 bytes), so names past 247 bytes are refused for it.
+            let copyName = "z" + name.dropFirst()
+            let copyPath = directory.appendingPathComponent(copyName).path
+            if length <= 247 {
+                #expect(try reopened.backup(to: copyPath) == 1)
+                let copy = try Database(path: copyPath)
+                #expect(
+                    try copy.newConnection().read {
+                        try $0.value(forKey: "a", inCollection: "c", as: Item.self)
+                    }
+                        == Item(title: "a"))
+                try copy.close()
+            } else {
+                let refused = expectError(.cannotOpen) { _ = try reopened.backup(to: copyPath) }
+                #expect(refused?.message.contains("-journal") == true, "\(String(describing: refused))")
+            }
             try reopened.close()
-            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == [name])
+            #expect(
+                try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted()
+                    == (length <= 247 ? [name, copyName] : [name]).sorted())
         }
     }
 

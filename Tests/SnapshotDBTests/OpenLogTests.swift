@@ -130,7 +130,7 @@ struct OpenLogTests {
             let db = try Database(path: path, configuration: configuration)
             let info = logs.messages(at: .info).filter { $0.contains("checkpointed and truncated it") }
             #expect(
-                info.count == 1 && info[0].contains("which has the file open"), "\(logs.messages(at: .info))")
+                info.count == 1 && info[0].contains("has the file open"), "\(logs.messages(at: .info))")
             #expect(
                 !logs.messages(at: .notice).contains { $0.contains("found a WAL") },
                 "\(logs.messages(at: .notice))")

@@ -49,6 +49,8 @@ final class CommitLog: Sendable {
         /// Set by a mark: the next publish is one external changeset, which tells subscribers
         /// that anything may have changed (they heard the old history's commits).
         var announcesForeignHistory = false
+        /// The commit whose streams were last ended for the mark (see ``streamsForReusedNumber(_:)``).
+        var lastForeignWake: UInt64 = 0
         var subscribers = Subscribers<Changeset>(finishesOverflowingStreams: true)
         /// Set when the database closed (``unsubscribeAll()``): no subscriber is taken after.
         var closedToSubscribers = false
@@ -109,6 +111,20 @@ final class CommitLog: Sendable {
             let isNew = state.latestCommit > state.foreignThrough
             Self.markForeignHistory(in: &state)
             guard isNew else { return [] }
+            state.lastForeignWake = commit
+            return state.subscribers.removeStreams(notifyingObservers: .external(commit...commit))
+        }
+    }
+
+    /// A read replica's watcher saw a new commit `commit` of the file under a number the marked
+    /// log published already (the put-back primary going on): nothing will be published for it,
+    /// so the streams are ended again (once per commit), and observers get an external
+    /// changeset numbered `commit`. Returns the streams to finish once no lock is held; none when
+    /// the log is not marked through `commit`.
+    func streamsForReusedNumber(_ commit: UInt64) -> [AsyncStream<Changeset>.Continuation] {
+        state.withLock { state in
+            guard commit <= state.foreignThrough, commit != state.lastForeignWake else { return [] }
+            state.lastForeignWake = commit
             return state.subscribers.removeStreams(notifyingObservers: .external(commit...commit))
         }
     }

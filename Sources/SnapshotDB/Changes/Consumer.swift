@@ -271,9 +271,12 @@ extension Database {
     /// must see what was written before it existed (a search index, an outbox). A consumer the
     /// file already has keeps its position.
     ///
-    /// - Throws: `historyUnavailable` when the history no longer holds the commits after
-    ///   `commit` (purged past retention, or before the file's upgrade), naming the oldest it
-    ///   holds; `misuse` for a commit after the newest; what a read-write transaction throws
+    /// A consumer is held to the history's retention as any other: one that falls behind it is
+    /// expired (``DatabaseError/Code/consumerExpired``), so start it where it can catch up.
+    ///
+    /// - Throws: `historyUnavailable` when the history no longer keeps the commits after
+    ///   `commit` (past its retention, purged or about to be, or before the file's upgrade),
+    ///   naming the oldest it keeps; `misuse` for a commit after the newest; what a read-write transaction throws
     ///   (`readOnly`, `busy`, `databaseClosed`).
     public func consumer(named name: String, startingAfter commit: UInt64) throws -> Consumer {
         try consumer(named: name, startingAt: commit)
@@ -295,12 +298,16 @@ extension Database {
                         "consumer '\(name)' cannot start after commit \(start): the newest commit is \(txn.commit)"
                     )
                 }
-                let floor = try History.floor(on: handle)
-                guard start >= floor else {
+                // The oldest place the history keeps: its floor, or the retention bound when the
+                // purge has not reached it yet (a consumer behind it would be expired by the
+                // next purge step).
+                let (cutoff, floor) = try HistoryPurger.cutoff(configuration.historyRetention, handle: handle)
+                let oldest = max(floor, cutoff)
+                guard start >= oldest else {
                     throw DatabaseError(
                         .historyUnavailable,
-                        "consumer '\(name)' cannot start after commit \(start): the history holds the commits "
-                            + "after \(floor) only (older ones were purged past its retention)")
+                        "consumer '\(name)' cannot start after commit \(start): the history keeps the commits "
+                            + "after \(oldest) only (older ones are past its retention)")
                 }
                 position = start
             }

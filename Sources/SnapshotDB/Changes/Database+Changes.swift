@@ -18,8 +18,10 @@ extension Database {
     /// costs nothing while the database is idle, see ``ForeignCommitWatcher``).
     ///
     /// On a read replica whose primary was put back to an older commit (numbers it will reuse
-    /// for other commits), every stream ends as soon as the replica sees it: subscribe again
-    /// and advance, which returns an external changeset.
+    /// for other commits), every stream ends as soon as the replica sees it, and again at each
+    /// new commit under a number already published: subscribe again and advance (an advance
+    /// into the new history returns an external changeset). Past the old numbers, streams go on
+    /// as before.
     ///
     /// ```swift
     /// let commits = db.changes()
@@ -47,6 +49,11 @@ extension Database {
 
     /// Calls `body` on `queue` with every commit published after this call, in commit order
     /// when `queue` is serial, until the returned observer is cancelled or released.
+    ///
+    /// The one exception to the order: on a read replica whose primary was put back to an
+    /// older commit, `body` gets an external changeset numbered with the replica's commit, lower
+    /// than those before, when the replica sees it, and one for each new commit under a number
+    /// already published (`changes()` streams end instead).
     ///
     /// For code that does not use `async`/`await`; `changes()` is the async form. The default
     /// queue is the main queue, which only an app's run loop (or `dispatchMain()`) serves: in a

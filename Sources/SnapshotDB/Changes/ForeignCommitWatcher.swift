@@ -201,10 +201,12 @@ final class ForeignCommitWatcher: Sendable {
     /// Looks at the WAL-index header and publishes what changed; returns whether it changed.
     ///
     /// On a read replica it also watches for the primary put back to an older commit: the
-    /// commit its own handle sees goes down (a handle follows the replica forward only), or
-    /// ``Database/commitState(of:header:published:)`` finds another history token; either
-    /// marks the commit log, which ends the `changes()` streams (subscribers are woken to
-    /// advance) instead of leaving them silent until the replica passes the old numbers.
+    /// commit it sees goes down (a handle follows the replica forward only; `lastCommit` is kept
+    /// across a reopened handle), or ``Database/commitState(of:header:published:)`` finds
+    /// another history token; either marks the commit log, which ends the `changes()` streams
+    /// (subscribers are woken to advance). Each later commit under a number the log had
+    /// published ends them again: nothing is published for it until the old numbers are passed
+    /// (``Database/replicaWatcherSaw(_:after:)``).
     private static func check(
         _ database: Database, handle: inout SQLiteHandle?, lastHeader: inout WALIndexHeader?,
         lastCommit: inout UInt64?
@@ -214,14 +216,15 @@ final class ForeignCommitWatcher: Sendable {
         do throws(DatabaseError) {
             if handle == nil {
                 handle = try database.openHandle()
-                lastCommit = nil
             }
             guard let handle else { return false }
             let header = handle.walIndexHeader()
             if let header, header == lastHeader { return false }
             // Made or read by this process already: nothing to publish.
-            if let header, database.knownCommit(at: header) != nil {
+            if let header, let known = database.knownCommit(at: header) {
                 lastHeader = header
+                database.replicaWatcherSaw(known, after: lastCommit)
+                lastCommit = known
                 return true
             }
             let published = database.commitLog.publishedCommit.load(ordering: .acquiring)
@@ -237,9 +240,7 @@ final class ForeignCommitWatcher: Sendable {
             let after = handle.walIndexHeader()
             let snapshotHeader = header.flatMap { $0 == after ? $0 : nil }
             let state = try database.commitState(of: handle, header: snapshotHeader, published: published)
-            if database.replica != nil, let lastCommit, state.commit < lastCommit {
-                database.markForeignHistory(at: state.commit)
-            }
+            database.replicaWatcherSaw(state.commit, after: lastCommit)
             lastCommit = state.commit
             database.publishCommits(through: state.commit, reading: handle)
             if state.unsealed != 0 { database.writer.requestSeal(database) }

@@ -66,7 +66,7 @@ extension Checkpointer {
                     "\(walSize) (\(walFrames) frames); checkpointed and truncated it", metadata: metadata)
             } else {
                 logger.info(
-                    "\(walSize) (\(walFrames) frames) of \(sharers), which has the file open; checkpointed and truncated it",
+                    "\(walSize) (\(walFrames) frames) while \(sharers) \(sharers.hasPrefix("processes") ? "have" : "has") the file open; checkpointed and truncated it",
                     metadata: metadata)
             }
         case .success:

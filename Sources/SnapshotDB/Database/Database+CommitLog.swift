@@ -90,6 +90,19 @@ extension Database {
         for continuation in commitLog.markForeignHistory(at: commit) { continuation.finish() }
     }
 
+    /// A read replica's watcher saw its file at `commit`, after `previous` (its last look): a
+    /// lower commit is the primary put back (a handle follows the replica forward only); a
+    /// higher one under numbers the marked log published already is the put-back primary going
+    /// on. Either wakes the subscribers (see ``CommitLog/markForeignHistory(at:)``).
+    func replicaWatcherSaw(_ commit: UInt64, after previous: UInt64?) {
+        guard replica != nil, let previous, commit != previous else { return }
+        if commit < previous {
+            markForeignHistory(at: commit)
+        } else {
+            for continuation in commitLog.streamsForReusedNumber(commit) { continuation.finish() }
+        }
+    }
+
     /// This process's commit `commit` is in the file (its SQLite `COMMIT` returned), its last
     /// WAL frames ending at `frames`: it is published (from the pending changeset), the
     /// checkpointer hears of it once, and the history purge runs when it is due. The one call

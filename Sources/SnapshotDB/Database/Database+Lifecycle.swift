@@ -127,8 +127,21 @@ extension Database {
         // the copy by the first SQLite that opens it.
         try Schema.refuseOrphanedSideFiles(of: target)
         let directory = (target as NSString).deletingLastPathComponent
+        // The copy is in rollback-journal mode until a SnapshotDB opens it, and SQLite cannot
+        // open such a file without room for its `-journal` name.
+        let nameMax = Schema.nameLimit(in: directory)
+        let nameBytes = (target as NSString).lastPathComponent.utf8.count
+        if nameBytes + "-journal".utf8.count > nameMax, nameBytes <= nameMax {
+            throw DatabaseError(
+                .cannotOpen,
+                "cannot back up to \(target): its name is \(nameBytes) bytes, and SQLite could not open the "
+                    + "copy, which needs \(nameBytes + 8) for its -journal, more than the \(nameMax) this file system allows"
+            )
+        }
         let temporary =
-            directory + "/." + (target as NSString).lastPathComponent + ".backup-\(UUID().uuidString)"
+            directory + "/"
+            + Schema.temporaryName(
+                for: (target as NSString).lastPathComponent, tag: "backup", nameMax: nameMax)
         let descriptor = open(
             temporary, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode_t(configuration.fileMode))
         guard descriptor >= 0 else {

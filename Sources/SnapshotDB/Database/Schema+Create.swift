@@ -30,15 +30,17 @@ extension Schema {
         let directory = url.deletingLastPathComponent().path
         // SQLite names the `-wal` and `-shm` after the file: a name with no room for them would
         // be created, then fail to open, and stay behind.
-        let nameMax = pathconf(directory, Int32(_PC_NAME_MAX))
+        let nameMax = nameLimit(in: directory)
         let nameBytes = url.lastPathComponent.utf8.count
-        if nameMax > 0, nameBytes + "-wal".utf8.count > nameMax, nameBytes <= nameMax {
+        if nameBytes + "-wal".utf8.count > nameMax, nameBytes <= nameMax {
             throw DatabaseError(
                 .cannotOpen,
                 "cannot create \(path): its name is \(nameBytes) bytes, and SQLite's -wal beside it would "
                     + "need \(nameBytes + 4), more than the \(nameMax) this file system allows")
         }
-        let temporary = directory + "/" + temporaryName(for: url.lastPathComponent)
+        let temporary =
+            directory + "/"
+            + temporaryName(for: url.lastPathComponent, tag: "snapshotdb-new", nameMax: nameMax)
         defer {
             for suffix in ["", "-journal", "-wal", "-shm"] { unlink(temporary + suffix) }
         }
@@ -56,14 +58,21 @@ extension Schema {
         return true
     }
 
-    /// The hidden name a new database named `name` is made under: `.NAME.snapshotdb-new-` and 16
-    /// random hex digits, with `NAME` cut (at a character) so that the name and SQLite's
-    /// `-journal` beside it fit in a file name of 255 bytes: any name SQLite can open beside its
-    /// `-wal` can be created. (A longer name made every name from about 215 bytes fail.)
-    static func temporaryName(for name: String) -> String {
+    /// The longest file name the file system of `directory` takes, in bytes: `pathconf`'s
+    /// answer, or 255 (Linux's and most file systems') when it has none.
+    static func nameLimit(in directory: String) -> Int {
+        let limit = pathconf(directory, Int32(_PC_NAME_MAX))
+        return limit > 0 ? min(limit, 255) : 255
+    }
+
+    /// The hidden name a new file named `name` is made under: `.NAME.TAG-` and 16 random hex
+    /// digits, with `NAME` cut (at a character) so that the name and SQLite's `-journal` beside
+    /// it fit in `nameMax` bytes: any name SQLite can open beside its `-wal` can be created or
+    /// backed up to. (The whole name made names from about 215 bytes fail.)
+    static func temporaryName(for name: String, tag: String, nameMax: Int) -> String {
         let random = String(UInt64.random(in: 0...UInt64.max), radix: 16)
-        let suffix = ".snapshotdb-new-" + String(repeating: "0", count: 16 - random.utf8.count) + random
-        let room = 255 - "-journal".utf8.count - 1 - suffix.utf8.count
+        let suffix = "." + tag + "-" + String(repeating: "0", count: 16 - random.utf8.count) + random
+        let room = nameMax - "-journal".utf8.count - 1 - suffix.utf8.count
         var stem = ""
         var bytes = 0
         for character in name {
