@@ -526,4 +526,33 @@ extension ConsumerTests {
             try db.close()
         }
     }
+
+    /// The age bound counts too, beyond the rows the purge's next step weighs: a start whose
+    /// first commit is older than the retention's age is refused (the purge would expire the
+    /// consumer before it read anything), and one after it is taken.
+    @Test func aConsumerCannotStartAtCommitsOlderThanTheAgeBound() throws {
+        var configuration = Configuration()
+        configuration.synchronous = .normal
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let writer = db.newConnection(name: "writer")
+            for index in 0..<1_100 {
+                try writer.readWrite { try $0.set(index, forKey: "k\(index % 10)", inCollection: "c") }
+            }
+            try db.close()
+            // The first 1,060 commits made long ago (dates grow with numbers, as the purge assumes).
+            _ = try sqlite3(db.path, "UPDATE snapshotdb_history SET date = number WHERE number <= 1060")
+            configuration.historyRetention = HistoryRetention(age: .seconds(24 * 3600))
+            let aged = try Database(path: db.path, configuration: configuration)
+            let old = expectError(.historyUnavailable) {
+                _ = try aged.consumer(named: "old", startingAfter: 1_030)
+            }
+            #expect(old?.message.contains("commit 1031 is older than") == true, "\(String(describing: old))")
+            let recent = try aged.consumer(named: "recent", startingAfter: 1_060)
+            #expect(
+                try aged.newConnection().read { try recent.pending(in: $0, limit: 1) }.map(\.commit) == [
+                    1_061
+                ])
+            try aged.close()
+        }
+    }
 }

@@ -335,8 +335,7 @@ struct ReadReplicaTests {
             // A commit the watcher publishes: it has looked at the file, and at that commit.
             try set(writer, "n4", "old")
             let published = db.latestCommit
-            var iterator = first.makeAsyncIterator()
-            #expect(await iterator.next()?.commit == published)
+            #expect(await Self.next(first)?.commit == published)
 
             // Put back: the stream ends, with nothing under the numbers it had.
             try db.close()
@@ -361,6 +360,44 @@ struct ReadReplicaTests {
                 #expect(await Self.next(titles.stream) == "t\(number)", "commit \(number)")
             }
             observing.cancel()
+            try replica.close()
+            try db.close()
+        }
+    }
+
+    /// A put-back a connection noticed first, then a commit under an old number before the
+    /// watcher's first look: the watcher (which starts from the newest commit published) sees its
+    /// commit go down, and wakes the subscribers for that commit although the log was marked
+    /// already. (Before, it found the mark not new and said nothing.)
+    @Test func theWatcherWakesSubscribersAfterAConnectionMarkedThePutBackFirst() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("primary.sqlite").path
+            let backup = directory.appendingPathComponent("backup.sqlite").path
+            var db = try Database(path: path)
+            try await db.newConnection(name: "writer").readWrite {
+                try $0.set(1, forKey: "a", inCollection: "c")
+            }
+            let putBack = db.latestCommit
+            try run("/usr/bin/sqlite3", [path, ".backup '\(backup)'"])
+            for index in 0..<3 {
+                try await db.newConnection(name: "writer").readWrite {
+                    try $0.set(index, forKey: "b", inCollection: "c")
+                }
+            }
+            let replica = try Database(replica: path, vfs: "unix")
+            let reader = replica.newConnection(name: "reader")
+            #expect(try await reader.read { $0.commit } == putBack + 3)
+            try db.close()
+            try run("/usr/bin/sqlite3", [path, ".restore '\(backup)'"])
+            #expect(try await reader.read { $0.commit } == putBack)  // marks the log, at the put-back
+            db = try Database(path: path)
+            try await db.newConnection(name: "writer").readWrite {
+                try $0.set(2, forKey: "a", inCollection: "c")
+            }
+            // Subscribed now: the watcher's first look sees putBack + 1, below putBack + 3.
+            let stream = replica.changes()
+            let ended = await Self.untilEnded(stream)
+            #expect(ended == [], "the stream did not end: \(String(describing: ended))")
             try replica.close()
             try db.close()
         }

@@ -301,13 +301,28 @@ extension Database {
                 // The oldest place the history keeps: its floor, or the retention bound when the
                 // purge has not reached it yet (a consumer behind it would be expired by the
                 // next purge step).
-                let (cutoff, floor) = try HistoryPurger.cutoff(configuration.historyRetention, handle: handle)
+                let retention = configuration.historyRetention
+                let (cutoff, floor) = try HistoryPurger.cutoff(retention, handle: handle)
                 let oldest = max(floor, cutoff)
                 guard start >= oldest else {
                     throw DatabaseError(
                         .historyUnavailable,
                         "consumer '\(name)' cannot start after commit \(start): the history keeps the commits "
                             + "after \(oldest) only (older ones are past its retention)")
+                }
+                // The cutoff weighs the age bound over the purge's next step only; commit dates
+                // grow, so the first commit the consumer would read says whether it is too old.
+                let first = try handle.cachedStatement(
+                    "SELECT date FROM snapshotdb_history WHERE number > ?1 ORDER BY number LIMIT 1")
+                defer { first.reset() }
+                try first.bind(Int64(bitPattern: start), at: 1)
+                let oldestDate = Date().timeIntervalSince1970 - retention.age.timeInterval
+                if try first.step(), first.double(at: 0) < oldestDate {
+                    throw DatabaseError(
+                        .historyUnavailable,
+                        "consumer '\(name)' cannot start after commit \(start): commit \(start + 1) is older than "
+                            + "the history's retention (\(retention.age)) and would be purged before it is read"
+                    )
                 }
                 position = start
             }

@@ -150,7 +150,10 @@ final class ForeignCommitWatcher: Sendable {
         defer { watcher.end() }
         var handle: SQLiteHandle?
         var lastHeader: WALIndexHeader?
-        var lastCommit: UInt64?
+        // On a replica, the newest commit published: a first look below it is the primary put
+        // back before the watcher started (a new handle is at least as new as anything read).
+        var lastCommit: UInt64? =
+            isReplica ? database.database?.commitLog.publishedCommit.load(ordering: .acquiring) : nil
         // The first look is at once: commits made before the watch was added raised no event.
         var settle = 1
         while true {
@@ -161,11 +164,14 @@ final class ForeignCommitWatcher: Sendable {
             #if DEBUG
                 if settle == 0 && watcher.isWatching { whenIdle.withLock { $0 }?() }
             #endif
-            let timeout: Int32 =
+            var timeout: Int32 =
                 settle > 0 && settle <= Self.settleDelays.count
                 ? Self.settleDelays[settle - 1]
                 : settle > Self.settleDelays.count
                     ? Self.writerPollInterval : (watcher.isWatching ? Watch.idleTimeout : pollMilliseconds)
+            // Without notifications (a replica, or no inotify) the poll is the bound: the
+            // re-checks after a change must not look less often than it (they went up to 2 s).
+            if !watcher.isWatching { timeout = min(timeout, pollMilliseconds) }
             let ready = poll(&descriptors, nfds_t(descriptors.count), timeout)
             if ready < 0 && errno == EINTR { continue }
             if descriptors[0].revents != 0 { return }

@@ -96,11 +96,10 @@ extension Database {
     /// on. Either wakes the subscribers (see ``CommitLog/markForeignHistory(at:)``).
     func replicaWatcherSaw(_ commit: UInt64, after previous: UInt64?) {
         guard replica != nil, let previous, commit != previous else { return }
-        if commit < previous {
-            markForeignHistory(at: commit)
-        } else {
-            for continuation in commitLog.streamsForReusedNumber(commit) { continuation.finish() }
-        }
+        if commit < previous { markForeignHistory(at: commit) }
+        // Also after a mark that was not new (a connection marked first, at another commit):
+        // this commit's wake is due all the same.
+        for continuation in commitLog.streamsForReusedNumber(commit) { continuation.finish() }
     }
 
     /// This process's commit `commit` is in the file (its SQLite `COMMIT` returned), its last
