@@ -11,7 +11,8 @@ struct History: ParsableCommand {
             Reads the database and its -wal without SQLite (as `inspect` does): it changes no \
             byte, creates no missing file and never checkpoints. Rows are read from the newest \
             committed snapshot. Exit status: 0 listed, 2 the file cannot be read or has no \
-            durable history, 3 a history row is damaged (the rows before it are printed).
+            durable history, 3 a history row is damaged (the rows before it are printed), 64 bad \
+            options (a negative count, or --limit with --last).
             """
     )
 

@@ -1,4 +1,5 @@
 import Foundation
+import SnapshotDBLocking
 import SnapshotDBTestSupport
 import Testing
 
@@ -332,6 +333,13 @@ struct ReadReplicaTests {
 
             let replica = try Database(replica: path, vfs: "unix")
             let first = replica.changes()
+            // An observer hears every changeset, and at each wake an external one numbered with
+            // the replica's commit, lower than those before.
+            let observerQueue = DispatchQueue(label: "observer")
+            let observed = Mutex<[Changeset]>([])
+            let observer = replica.addObserver(on: observerQueue) { changeset in
+                observed.withLock { $0.append(changeset) }
+            }
             // A commit the watcher publishes: it has looked at the file, and at that commit.
             try set(writer, "n4", "old")
             let published = db.latestCommit
@@ -354,12 +362,35 @@ struct ReadReplicaTests {
             #expect(await Self.next(titles.stream) == .some(nil))
             db = try Database(path: path)
             writer = db.newConnection(name: "writer")
+            var past: AsyncStream<Changeset>?
             for number in putBack + 1...published + 2 {
+                // Subscribed before the first commit past the old numbers: it goes on from there.
+                if number == published + 1 { past = replica.changes() }
                 try set(writer, "n9", "t\(number)")
                 #expect(db.latestCommit == number)
                 #expect(await Self.next(titles.stream) == "t\(number)", "commit \(number)")
             }
             observing.cancel()
+            // Past the old numbers a stream goes on: one external changeset, then exact ones.
+            if let past {
+                let external = await Self.next(past)
+                #expect(
+                    external?.commit == published + 1 && external?.isExternal == true,
+                    "\(String(describing: external))")
+                let exact = await Self.next(past)
+                #expect(
+                    exact?.commit == published + 2 && exact?.isExternal == false,
+                    "\(String(describing: exact))")
+            }
+            observerQueue.sync {}
+            let heard = observed.withLock { $0 }
+            #expect(
+                heard.map(\.commit) == [published] + Array(putBack...published + 2), "\(heard.map(\.commits))"
+            )
+            #expect(
+                heard.map(\.isExternal) == [false]
+                    + Array(repeating: true, count: Int(published - putBack) + 2) + [false])
+            observer.cancel()
             try replica.close()
             try db.close()
         }

@@ -8,7 +8,8 @@ internal import Foundation
 /// **inside the read-write transaction that writes its results**, so its position moves in the
 /// same SQLite commit as its own writes: a crash before that commit leaves both undone (the
 /// changesets are read again), a crash after it leaves both done. Nothing is missed and
-/// nothing is applied twice.
+/// nothing is applied twice in the database; effects outside it (a file, a network call) are
+/// not in that transaction and happen at least once, so make them idempotent.
 ///
 /// ```swift
 /// let indexer = try db.consumer(named: "search-indexer")
@@ -266,10 +267,12 @@ extension Database {
     }
 
     /// The named consumer, registered after commit `commit` if the file has no consumer of that
-    /// name yet (a write that is not a commit): its first batch starts with commit `commit + 1`.
-    /// `startingAfter: 0` feeds it every commit the durable history holds, for a consumer that
-    /// must see what was written before it existed (a search index, an outbox). A consumer the
-    /// file already has keeps its position.
+    /// name yet (a write that is not a commit): its first batch starts with commit `commit + 1`,
+    /// for a consumer that must see what was written before it existed (a search index, an
+    /// outbox). `startingAfter: 0` feeds it every commit while the history still reaches back
+    /// to the file's creation; once it no longer does, start after the oldest commit it keeps,
+    /// which the `historyUnavailable` error names. A consumer the file already has keeps its
+    /// position.
     ///
     /// A consumer is held to the history's retention as any other: one that falls behind it is
     /// expired (``DatabaseError/Code/consumerExpired``), so start it where it can catch up.

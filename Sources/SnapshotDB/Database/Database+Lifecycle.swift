@@ -113,7 +113,8 @@ extension Database {
     /// and writers of this database are not held back (the read transaction pins the WAL while
     /// it runs).
     ///
-    /// - Throws: `cannotOpen` when `destination` exists or its directory cannot be written,
+    /// - Throws: `cannotOpen` when `destination` exists, its directory cannot be written, or its
+    ///   name leaves no room for SQLite's `-journal` (the copy could not be opened),
     ///   `diskFull`, `databaseClosed`, and other ``DatabaseError``s from SQLite. Nothing is
     ///   left at `destination` on failure.
     @discardableResult
