@@ -41,16 +41,34 @@ public class ReadTransaction {
         isActive = false
         let actions = endActions
         endActions = []
-        for action in actions { action() }
+        for entry in actions where entry.owner != nil { entry.action() }
     }
 
-    /// What to do when the transaction ends (its closure returned): readers made from it let go
-    /// of the SQLite handle, so that one kept past its closure keeps no handle open after
-    /// ``Database/close()``.
-    private var endActions: [() -> Void] = []
+    /// What to do when the transaction ends (its closure returned), for an owner that may be
+    /// released before: readers made from it let go of the SQLite handle, so that one kept past
+    /// its closure keeps no handle open after ``Database/close()``.
+    private struct EndAction {
+        weak var owner: AnyObject?
+        let action: () -> Void
+    }
 
-    func onEnd(_ action: @escaping () -> Void) {
-        if isActive { endActions.append(action) } else { action() }
+    private var endActions: [EndAction] = []
+    /// When ``endActions`` next drops the entries of released owners: a loop that makes a
+    /// reader per iteration in one long transaction kept one entry per reader before.
+    private var pruneAt = 64
+
+    /// How many end actions are kept (for tests).
+    var endActionCount: Int { endActions.count }
+
+    /// Runs `action` when the transaction ends, unless `owner` was released by then; at once
+    /// when it has ended.
+    func onEnd(for owner: AnyObject, _ action: @escaping () -> Void) {
+        guard isActive else { return action() }
+        endActions.append(EndAction(owner: owner, action: action))
+        if endActions.count >= pruneAt {
+            endActions.removeAll { $0.owner == nil }
+            pruneAt = max(64, 2 * endActions.count)
+        }
     }
 
     func checkActive() throws(DatabaseError) {

@@ -83,7 +83,7 @@ public final class ViewReader {
             handle: context.handle, prefix: context.tablePrefix, keyed: ranking.keyed, layout: layout)
         groups = layout.groupNames
         writesWhenMade = (transaction as? ReadWriteTransaction)?.writeGeneration
-        transaction.onEnd { [weak self] in
+        transaction.onEnd(for: self) { [weak self] in
             self?.openPages = nil
             self?.openRanking = nil
         }
