@@ -103,23 +103,14 @@ struct HistoryTests {
 
     /// Waits for `count` changesets from `stream`, or fails after a minute rather than hang.
     static func collect(_ count: Int, from stream: AsyncStream<Changeset>) async -> [Changeset] {
-        await withTaskGroup(of: [Changeset]?.self) { group in
-            group.addTask {
-                var received: [Changeset] = []
-                for await changeset in stream {
-                    received.append(changeset)
-                    if received.count == count { break }
-                }
-                return received
+        await withinTimeLimit {
+            var received: [Changeset] = []
+            for await changeset in stream {
+                received.append(changeset)
+                if received.count == count { break }
             }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(60))
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first ?? []
-        }
+            return received
+        } ?? []
     }
 
     /// Timeline: the parent bookmarks `ui` and subscribes | a child process commits 40 planned
@@ -425,19 +416,11 @@ struct HistoryTests {
             var iterator = stream.makeAsyncIterator()
             #expect(await iterator.next()?.commit == 1)
             // Its re-checks add up to 2.7 s; then it sleeps (at most 20 s, or it never settles).
-            let settled = await withTaskGroup(of: Bool.self) { group in
-                group.addTask {
+            let settled =
+                await withinTimeLimit(.seconds(20)) {
                     for await _ in idle { return true }
                     return false
-                }
-                group.addTask {
-                    try? await Task.sleep(for: .seconds(20))
-                    return false
-                }
-                let first = await group.next() ?? false
-                group.cancelAll()
-                return first
-            }
+                } ?? false
             #expect(settled, "the watcher kept looking at an idle database")
             // Asleep, it looks no more: a second of an idle database makes no look.
             let asleep = db.foreignCommitWatcher.checks.load(ordering: .relaxed)

@@ -11,6 +11,15 @@ import Testing
 struct OpenLogTests {
     static let childKey = "SNAPSHOTDB_OPEN_LOG_DISK_FULL_CHILD_DB"
 
+    /// A database `shared.sqlite` in `directory` with one value, closed (no `-wal` left).
+    static func makeClosedDatabase(in directory: URL) throws -> String {
+        let path = directory.appendingPathComponent("shared.sqlite").path
+        let db = try Database(path: path)
+        try db.newConnection().readWrite { try $0.setData(Data([1]), forKey: "a", inCollection: "c") }
+        try db.close()
+        return path
+    }
+
     /// A copy, as a crash leaves it, whose `-wal` holds a commit of about 400 KiB that the main
     /// file does not: checkpointing it must grow the main file.
     static func makeCrashCopyWithLargeWAL(in directory: URL) throws -> String {
@@ -59,12 +68,7 @@ struct OpenLogTests {
     /// in every multi-process server's log.)
     @Test func anotherProcessReadingTheWALAtTheOpenIsInfoNotAWarning() throws {
         try withTemporaryDirectory { directory throws in
-            let path = directory.appendingPathComponent("shared.sqlite").path
-            do {
-                let db = try Database(path: path)
-                try db.newConnection().readWrite { try $0.setData(Data([1]), forKey: "a", inCollection: "c") }
-                try db.close()
-            }
+            let path = try Self.makeClosedDatabase(in: directory)
             let reader = try SQLiteChild(
                 path: path, statements: ["BEGIN", "SELECT count(*) FROM snapshotdb_values"])
             do {
@@ -114,12 +118,7 @@ struct OpenLogTests {
     /// tests above.)
     @Test func theWALOfAnotherProcessThatHasTheFileOpenIsInfoAtTheOpen() throws {
         try withTemporaryDirectory { directory throws in
-            let path = directory.appendingPathComponent("shared.sqlite").path
-            do {
-                let db = try Database(path: path)
-                try db.newConnection().readWrite { try $0.setData(Data([1]), forKey: "a", inCollection: "c") }
-                try db.close()
-            }
+            let path = try Self.makeClosedDatabase(in: directory)
             // Another process writes (a foreign write, in the WAL) and keeps the file open.
             let other = try SQLiteChild(
                 path: path,

@@ -434,40 +434,20 @@ struct ReadReplicaTests {
         }
     }
 
-    /// The next element of `stream`, or `nil` when none comes within 60 s (a bound against a
-    /// hang: the element comes on its own or the test fails).
+    /// The next element of `stream`, or `nil` when none comes within 60 s.
     static func next<Element: Sendable>(_ stream: AsyncStream<Element>) async -> Element? {
-        await withTaskGroup(of: Element?.self) { group in
-            group.addTask {
-                var iterator = stream.makeAsyncIterator()
-                return await iterator.next()
-            }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(60))
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
-        }
+        await withinTimeLimit {
+            var iterator = stream.makeAsyncIterator()
+            return await iterator.next()
+        } ?? nil
     }
 
-    /// What `stream` yields until it ends, or `nil` when it has not ended within 60 s (a bound
-    /// against a hang, not a wait for anything: the stream ends on its own or the test fails).
+    /// What `stream` yields until it ends, or `nil` when it has not ended within 60 s.
     static func untilEnded(_ stream: AsyncStream<Changeset>) async -> [Changeset]? {
-        await withTaskGroup(of: [Changeset]?.self) { group in
-            group.addTask {
-                var heard: [Changeset] = []
-                for await changeset in stream { heard.append(changeset) }
-                return Task.isCancelled ? nil : heard
-            }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(60))
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
+        await withinTimeLimit {
+            var heard: [Changeset] = []
+            for await changeset in stream { heard.append(changeset) }
+            return heard
         }
     }
 

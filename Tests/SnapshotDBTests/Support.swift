@@ -42,6 +42,24 @@ func waitOnAThread<T: Sendable>(_ wait: @escaping @Sendable () -> T) async -> T 
     }
 }
 
+/// What `body` returns, or `nil` when it has not returned within `limit`: a bound that fails a
+/// test instead of hanging it (a stream that never ends, a value that never comes), not a wait
+/// for anything: `body` returns on its own, or the test fails.
+func withinTimeLimit<T: Sendable>(
+    _ limit: Duration = .seconds(60), _ body: @escaping @Sendable () async -> T
+) async -> T? {
+    await withTaskGroup(of: T?.self) { group in
+        group.addTask { await body() }
+        group.addTask {
+            try? await Task.sleep(for: limit)
+            return nil
+        }
+        let first = await group.next() ?? nil
+        group.cancelAll()
+        return first
+    }
+}
+
 extension Trait where Self == TimeLimitTrait {
     /// The time limit of a suite whose tests await streams (`changes()`, observers, checkpoint
     /// events, consumer batches) with no bound of their own: a hang fails the test, whose task is

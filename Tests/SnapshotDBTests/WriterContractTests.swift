@@ -214,19 +214,11 @@ struct WriterContractTests {
             try child.release()
             // The seal queued by the reader gives the foreign write its number (a guard of a
             // minute fails the test rather than hang it, should the seal never come).
-            let sealed = await withTaskGroup(of: Changeset?.self) { group in
-                group.addTask {
+            let sealed =
+                await withinTimeLimit { () -> Changeset? in
                     for await changeset in commits where changeset.commit >= 2 { return changeset }
                     return nil
-                }
-                group.addTask {
-                    try? await Task.sleep(for: .seconds(60))
-                    return nil
-                }
-                let first = await group.next() ?? nil
-                group.cancelAll()
-                return first
-            }
+                } ?? nil
             #expect(sealed?.commit == 2)
             let next = try ui.beginLongLivedReadTransaction()
             #expect(next.map(\.commit) == [2])
