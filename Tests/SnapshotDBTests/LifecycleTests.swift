@@ -240,7 +240,7 @@ extension LifecycleTests {
             #expect(clock.now - start < .seconds(10), "close waited for the other process's reader")
             #expect(fileSize(path + "-wal") > 0)
             #expect(
-                logs.messages(at: .info).contains { $0.contains("reads the WAL") },
+                logs.messages(at: .debug).contains { $0.contains("reads the WAL") },
                 "\(logs.messages(at: .notice))")
             try reader.release()
         }

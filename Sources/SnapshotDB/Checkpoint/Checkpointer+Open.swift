@@ -59,24 +59,25 @@ extension Checkpointer {
             frames = 0
             checkpointed = 0
             // A WAL left by an earlier run is worth a notice; the WAL of another process that has
-            // the file open now is what processes sharing a file make: info.
+            // the file open now is what processes sharing a file make: debug (the default
+            // logger prints info, and every start of a multi-process app would print it).
             let sharers = Self.otherProcessesWithTheFileOpen(path)
             if sharers.isEmpty {
                 logger.notice(
                     "\(walSize) (\(walFrames) frames); checkpointed and truncated it", metadata: metadata)
             } else {
-                logger.info(
+                logger.debug(
                     "\(walSize) (\(walFrames) frames) while \(sharers) \(sharers.hasPrefix("processes") ? "have" : "has") the file open; checkpointed and truncated it",
                     metadata: metadata)
             }
         case .success:
-            // Another process reading the file is what several processes sharing it do: info, not
+            // Another process reading the file is what several processes sharing it do: debug, not
             // a warning (the monitor warns if the WAL then grows past its bounds).
             let readers = externalReaders()
             let culprits =
                 readers.isEmpty
                 ? "a reader in another process" : Self.culpritList(Self.culpritNames([], readers))
-            logger.info(
+            logger.debug(
                 "\(walSize) (\(frames) frames, \(checkpointed) checkpointed); it cannot be reset while \(culprits) reads it",
                 metadata: metadata)
         case .failure(let error) where error.code == .readOnly:

@@ -85,8 +85,8 @@ extension Database {
                 $0.slot > 0 && $0.processID != ownProcess
             }
         if checkpointing.replicator == nil, let reader = foreignReaders.first {
-            // What processes sharing a file do: info, not a notice.
-            checkpointer.logger.info(
+            // What processes sharing a file do: debug (the default logger prints info).
+            checkpointer.logger.debug(
                 "closing while process \(reader.processID) reads the WAL: checkpointed (PASSIVE) and left to it",
                 metadata: ["reader_pid": "\(reader.processID)"])
         }
