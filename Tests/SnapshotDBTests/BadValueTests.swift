@@ -273,6 +273,9 @@ extension ExtensionStepTests {
             try reader.read { txn throws in
                 #expect(try txn.index(named: "titles").count(where: "title IN ('x', 'y', 'z')") == 3)
             }
+            // While the value is there, registering the view again fails, naming it.
+            let refused = expectError(.decodingFailed) { try db.register(ViewTests.byTitle) }
+            #expect(refused?.key == "bad" && refused?.collection == "notes", "\(String(describing: refused))")
             try writer.readWrite { try $0.removeValue(forKey: "bad", inCollection: "notes") }
             try db.register(ViewTests.byTitle)
             try reader.read { txn throws in

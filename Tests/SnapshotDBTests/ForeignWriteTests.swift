@@ -169,4 +169,42 @@ struct ForeignWriteTests {
             #expect(try isIntact(path))
         }
     }
+
+    /// A foreign write made while no SnapshotDB process had the file open: the next launch
+    /// numbers it, with its keys, before any extension is registered there, so the extensions it
+    /// bypassed are marked stale in that commit; registering the view rebuilds it, with the
+    /// foreign value, in a commit of its own.
+    @Test func aForeignWriteWhileClosedIsNumberedAtTheOpenAndTheViewRebuiltAtRegister() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("closed.sqlite").path
+            let written: UInt64
+            do {
+                let db = try Database(path: path)
+                try db.register(ViewTests.byTitle)
+                try db.newConnection().readWrite { txn throws in
+                    try txn.set(
+                        Note(title: "a", folder: "inbox", archived: false), forKey: "n1",
+                        inCollection: "notes")
+                }
+                written = db.latestCommit
+                try db.close()
+            }
+            try sqlite3(
+                path,
+                #"INSERT INTO snapshotdb_values(collection, key, data) VALUES ('notes', 'n2', '{"title":"b","folder":"inbox","archived":false}')"#
+            )
+            let db = try Database(path: path)
+            // The first reader numbers it (nothing holds the writer lock).
+            let reader = db.newConnection(name: "reader")
+            let sealed = try reader.read { try $0.changes(after: written) }
+            #expect(sealed.map(\.commit) == [written + 1])
+            #expect(sealed.first?.setKeys == ["notes": ["n2"]])
+            #expect(db.latestCommit == written + 1)
+            try db.register(ViewTests.byTitle)
+            #expect(db.latestCommit == written + 2)
+            try reader.read { txn throws in
+                #expect(try txn.view(named: "byTitle").items(inGroup: "inbox").map(\.key) == ["n1", "n2"])
+            }
+        }
+    }
 }

@@ -163,6 +163,30 @@ struct TransactionTests {
         }
     }
 
+    /// A writer learns the number of the commit it made from its connection's `snapshot`, even
+    /// after others committed; a write that changed nothing leaves the commit it read.
+    @Test func aWritersSnapshotIsTheCommitItMade() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let other = db.newConnection(name: "other")
+            var made: [UInt64] = []
+            for round in 0..<3 {
+                try other.readWrite { try $0.set(round, forKey: "o\(round)", inCollection: "n") }
+                try writer.readWrite { try $0.set(round, forKey: "w\(round)", inCollection: "n") }
+                made.append(writer.snapshot)
+                try other.readWrite { try $0.set(round, forKey: "p\(round)", inCollection: "n") }
+                #expect(writer.snapshot == made.last)
+            }
+            #expect(made == [2, 5, 8])
+            let history = try other.read { try $0.changes(after: 0) }
+            for commit in made {
+                #expect(history.first { $0.commit == commit }?.connectionName == "writer")
+            }
+            try writer.readWrite { _ in }  // no change: the commit it read
+            #expect(writer.snapshot == 9)
+        }
+    }
+
     @Test(arguments: [
         "", "'; DROP TABLE snapshotdb_values; --", "a\u{0}b", "ключ", "🔑",
         "Robert'); DELETE FROM snapshotdb_meta;--",

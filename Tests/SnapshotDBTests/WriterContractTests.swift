@@ -196,6 +196,7 @@ struct WriterContractTests {
             let ui = db.newConnection(name: "ui")
             try Self.write(writer, "a")
             try ui.beginLongLivedReadTransaction()
+            #expect(try await ui.read { ($0.commit, $0.hasUnnumberedForeignWrites) } == (1, false))
             let commits = db.changes()
             let child = try SQLiteChild(
                 path: db.path,
@@ -209,8 +210,14 @@ struct WriterContractTests {
             #expect(clock.now - start < .seconds(10), "the advance waited for the foreign writer")
             #expect(changes.count == 1)
             #expect(changes.first?.isExternal == true)
+            // Under the bookmark's commit, which the first bookmark already saw: the writes
+            // have no number of their own yet, and the transactions say so.
+            #expect(changes.first?.commit == 1)
             #expect(changes.hasChange(forKey: "foreign", inCollection: "c"))
             #expect(try await ui.read { try $0.hasValue(forKey: "foreign", inCollection: "c") })
+            #expect(try await ui.read { ($0.commit, $0.hasUnnumberedForeignWrites) } == (1, true))
+            let plain = db.newConnection(name: "plain")
+            #expect(try await plain.read { ($0.commit, $0.hasUnnumberedForeignWrites) } == (1, true))
             try child.release()
             // The seal queued by the reader gives the foreign write its number (a guard of a
             // minute fails the test rather than hang it, should the seal never come).
@@ -222,6 +229,8 @@ struct WriterContractTests {
             #expect(sealed?.commit == 2)
             let next = try ui.beginLongLivedReadTransaction()
             #expect(next.map(\.commit) == [2])
+            #expect(try await ui.read { ($0.commit, $0.hasUnnumberedForeignWrites) } == (2, false))
+            #expect(try await plain.read { ($0.commit, $0.hasUnnumberedForeignWrites) } == (2, false))
             // Sealed, the write has its exact keys (noted by the schema's triggers).
             #expect(next.first?.isExternal == false)
             #expect(next.first?.setKeys == ["c": ["foreign"]])

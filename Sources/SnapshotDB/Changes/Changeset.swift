@@ -9,9 +9,9 @@ internal import SnapshotDBLocking
 /// durable history in the same SQLite transaction as its values, and a commit of another
 /// process is read from there, in the snapshot that holds its values. Writes by a foreign
 /// client (the `sqlite3` shell) get the keys the schema's triggers noted. Only a commit whose
-/// history is gone (purged before this process read it, or a backup put back from outside) is
-/// delivered with ``isExternal`` set: its keys are unknown, so every `hasChange` question
-/// answers `true`.
+/// history is gone (purged before this process read it, or a backup put back from outside), and
+/// a foreign client's writes a bookmark reads before they are numbered, are delivered with
+/// ``isExternal`` set: their keys are unknown, so every `hasChange` question answers `true`.
 public struct Changeset: Sendable, Hashable {
     /// The commit number this changeset produced: the last of ``commits``.
     public var commit: UInt64 { commits.upperBound }
@@ -39,8 +39,10 @@ public struct Changeset: Sendable, Hashable {
     /// Free-form information the writing transaction attached (``ReadWriteTransaction/info``).
     public var info: [String: String] { storage.info }
     /// Whether the commit's keys are unknown (its history was purged before it was read, or
-    /// older contents were put back from outside); then the key sets are empty and every
-    /// `hasChange` answers `true`.
+    /// older contents were put back from outside, or a bookmark's snapshot holds a foreign
+    /// client's writes that have no number yet: see
+    /// ``ReadTransaction/hasUnnumberedForeignWrites``); then the key sets are empty and every
+    /// `hasChange` answers `true`: read what you need again rather than act on the answer.
     public var isExternal: Bool { storage.isExternal }
     /// The key sets, shared by every copy of the changeset and built from the transaction's
     /// log the first time anything asks (see ``ChangedKeys``).

@@ -247,6 +247,12 @@ public final class Connection: Sendable {
     /// however many commits other connections make. A bookmark pins the WAL: advance it when
     /// you can (the checkpoint monitor names connections that lag).
     ///
+    /// One exception to "each exactly once": writes of a foreign client (the `sqlite3` shell)
+    /// that were not numbered yet when the bookmark was taken (a writer held the lock; see
+    /// ``ReadTransaction/hasUnnumberedForeignWrites``) are reported as an external changeset
+    /// under the bookmark's commit, which may be a number already reported, and again, with
+    /// their keys, as the commit that numbers them.
+    ///
     /// - Throws: ``DatabaseError`` when SQLite cannot begin the read transaction; then the
     ///   connection holds no bookmark.
     @discardableResult
@@ -270,6 +276,11 @@ public final class Connection: Sendable {
     }
 
     /// The commit this connection's bookmark sees, or else the commit its last transaction saw.
+    ///
+    /// Right after ``readWrite(_:)`` returns, the number of the commit it made (or, when it
+    /// changed nothing, the commit it read), whatever other connections and processes commit
+    /// meanwhile: the number to key an effect outside the database by, or to wait for a read
+    /// replica to reach.
     public var snapshot: UInt64 {
         let current = record.current
         return current.snapshot ?? current.lastSnapshot

@@ -93,6 +93,9 @@ final class ConnectionCore: @unchecked Sendable {
     private struct ReadSnapshot {
         var commit: UInt64
         var unsealed: Int64
+        /// Whether the snapshot holds foreign writes not numbered yet (`unsealed` also counts
+        /// a read replica's snapshot of another history, which is a whole commit).
+        var unnumbered: Bool
         var cacheMovedFrom: UInt64
         var changesets: [Changeset]?
     }
@@ -115,6 +118,7 @@ final class ConnectionCore: @unchecked Sendable {
             if database.faults.shouldFail(.beginRead) { throw FaultInjector.error(.beginRead) }
             try handle.statement(.begin).execute()
             let state: CommitState
+            var unnumbered = false
             do throws(DatabaseError) {
                 let fix = try handle.statement(.fixSnapshot)
                 defer { fix.reset() }
@@ -122,6 +126,7 @@ final class ConnectionCore: @unchecked Sendable {
                 handle.lookUpWALIndex()
                 let header = before.flatMap { handle.walIndexHeader() == $0 ? $0 : nil }
                 var read = try database.commitState(of: handle, header: header, published: published)
+                unnumbered = read.unsealed != 0
                 if database.replica != nil,
                     Self.isAnotherHistory(read, cachedAt: cache.commit, token: cache.token)
                 {
@@ -142,7 +147,8 @@ final class ConnectionCore: @unchecked Sendable {
                 let changesets = moveCache(to: state.commit)
                 cache.token = state.token
                 return ReadSnapshot(
-                    commit: state.commit, unsealed: 0, cacheMovedFrom: movedFrom, changesets: changesets)
+                    commit: state.commit, unsealed: 0, unnumbered: false, cacheMovedFrom: movedFrom,
+                    changesets: changesets)
             }
             // (A read replica cannot seal: the writes are its primary's to number.)
             if !triedSealing, database.replica == nil {
@@ -159,7 +165,9 @@ final class ConnectionCore: @unchecked Sendable {
             cache.commit = state.commit
             cache.token = state.token
             return ReadSnapshot(
-                commit: state.commit, unsealed: state.unsealed, cacheMovedFrom: movedFrom, changesets: nil)
+                commit: state.commit, unsealed: state.unsealed, unnumbered: unnumbered,
+                cacheMovedFrom: movedFrom,
+                changesets: nil)
         }
     }
 
@@ -234,7 +242,9 @@ final class ConnectionCore: @unchecked Sendable {
 
     /// Records the snapshot the connection now reads (`nil`: none), and tells the checkpointer
     /// when a snapshot that may have pinned the WAL was released.
-    func recordSnapshot(_ commit: UInt64?, bookmark isBookmark: Bool = false, unsealed: Int64 = 0) {
+    func recordSnapshot(
+        _ commit: UInt64?, bookmark isBookmark: Bool = false, unsealed: Int64 = 0, unnumbered: Bool = false
+    ) {
         guard commit != nil || hasRecordedSnapshot else { return }
         hasRecordedSnapshot = commit != nil
         let now = commit != nil ? ContinuousClock.now : nil
@@ -243,6 +253,7 @@ final class ConnectionCore: @unchecked Sendable {
             record.snapshot = commit
             record.isBookmark = isBookmark && commit != nil
             record.bookmarkUnsealed = unsealed
+            record.bookmarkUnnumbered = isBookmark && unnumbered
             record.since = now
             if let commit { record.lastSnapshot = commit }
             return released
@@ -262,14 +273,17 @@ final class ConnectionCore: @unchecked Sendable {
             guard let openedHandle, !openedHandle.isBroken, !openedHandle.isAutocommit else {
                 throw loseBookmarkEndedBySQLite(cause: openedHandle?.lastError)
             }
-            let transaction = ReadTransaction(core: self, commit: bookmark)
+            let transaction = ReadTransaction(
+                core: self, commit: bookmark.commit, hasUnnumberedForeignWrites: bookmark.unsealed)
             defer { transaction.end() }
             return try run(body, in: transaction, interruption: interruption)
         }
-        let commit = try beginReadSnapshot().commit
+        let snapshot = try beginReadSnapshot()
+        let commit = snapshot.commit
         let handle = try handle()
         recordSnapshot(commit)
-        let transaction = ReadTransaction(core: self, commit: commit)
+        let transaction = ReadTransaction(
+            core: self, commit: commit, hasUnnumberedForeignWrites: snapshot.unnumbered)
         defer {
             transaction.end()
             handle.rollback(after: "a read transaction on connection '\(name)'", logger: database.logger)
@@ -314,16 +328,17 @@ final class ConnectionCore: @unchecked Sendable {
         }
     }
 
-    /// The commit of the connection's bookmark, or `nil` without one; throws `bookmarkLost`
-    /// (once) when the bookmark was lost since the last call.
-    private func bookmarkOrLost() throws(DatabaseError) -> UInt64? {
+    /// The commit of the connection's bookmark, and whether its snapshot holds foreign writes
+    /// not numbered yet, or `nil` without one; throws `bookmarkLost` (once) when the bookmark
+    /// was lost since the last call.
+    private func bookmarkOrLost() throws(DatabaseError) -> (commit: UInt64, unsealed: Bool)? {
         guard mayHoldBookmark else { return nil }
-        let (bookmark, wasLost) = record.update { record in
+        let (bookmark, unsealed, wasLost) = record.update { record in
             defer { record.bookmarkLost = false }
-            return (record.isBookmark ? record.snapshot : nil, record.bookmarkLost)
+            return (record.isBookmark ? record.snapshot : nil, record.bookmarkUnnumbered, record.bookmarkLost)
         }
         mayHoldBookmark = bookmark != nil
-        if let bookmark { return bookmark }
+        if let bookmark { return (bookmark, unsealed) }
         if wasLost {
             throw Self.bookmarkLostError(
                 name,
@@ -405,7 +420,7 @@ final class ConnectionCore: @unchecked Sendable {
         if previous.deliveredThrough != nil, snapshot.unsealed != 0, !sameUnsealed {
             changesets.append(.external(commit...commit))
         }
-        recordSnapshot(commit, bookmark: true, unsealed: snapshot.unsealed)
+        recordSnapshot(commit, bookmark: true, unsealed: snapshot.unsealed, unnumbered: snapshot.unnumbered)
         record.update { $0.deliveredThrough = commit }
         return changesets
     }

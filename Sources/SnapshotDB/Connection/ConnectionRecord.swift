@@ -73,6 +73,9 @@ struct SnapshotRecord: Sendable {
     /// The count of foreign writes not yet sealed that the bookmark's snapshot holds, so that
     /// an advance that finds the same ones does not report them twice.
     var bookmarkUnsealed: Int64 = 0
+    /// Whether the bookmark's snapshot holds foreign writes not numbered yet
+    /// (``ReadTransaction/hasUnnumberedForeignWrites``).
+    var bookmarkUnnumbered = false
     /// The connection, so that the checkpointer can ask a bookmark to re-take its snapshot.
     weak var connection: Connection?
 

@@ -12,6 +12,19 @@ public class ReadTransaction {
     let core: ConnectionCore
     /// The commit this transaction reads.
     public let commit: UInt64
+    /// Whether the snapshot also holds writes of a foreign client (the `sqlite3` shell, another
+    /// library) that have no commit number yet: it then reads ``commit`` plus those writes.
+    ///
+    /// A foreign client's writes are numbered by the next SnapshotDB commit, or by the first
+    /// reader that finds them when the writer lock and SQLite's write lock are both free. A
+    /// reader never waits for a writer, so one that finds them while a writer (of any process,
+    /// foreign clients included) holds the lock reads them unnumbered; so does every reader of
+    /// a read-only file. They then arrive as a commit of their own with their keys, once
+    /// numbered; an advance to such a snapshot reports them before that as an external changeset
+    /// under ``commit``, a number it may have reported already (see
+    /// ``Connection/beginLongLivedReadTransaction()``). Always `false` in a read-write
+    /// transaction, which numbers them first.
+    public let hasUnnumberedForeignWrites: Bool
     private(set) var isActive = true
     /// Extensions (name and version) this transaction found in its snapshot's catalog: the
     /// catalog of a snapshot does not change, so each is looked up once.
@@ -32,9 +45,10 @@ public class ReadTransaction {
         return failure
     }
 
-    init(core: ConnectionCore, commit: UInt64) {
+    init(core: ConnectionCore, commit: UInt64, hasUnnumberedForeignWrites: Bool = false) {
         self.core = core
         self.commit = commit
+        self.hasUnnumberedForeignWrites = hasUnnumberedForeignWrites
     }
 
     func end() {

@@ -45,10 +45,10 @@ public final class ReadWriteTransaction: ReadTransaction {
     /// per enclosing savepoint.
     private let depth: Int
 
-    override init(core: ConnectionCore, commit: UInt64) {
+    init(core: ConnectionCore, commit: UInt64) {
         shared = SharedState(core: core)
         depth = 0
-        super.init(core: core, commit: commit)
+        super.init(core: core, commit: commit, hasUnnumberedForeignWrites: false)
         shared.extensions.transaction = self
     }
 
