@@ -72,8 +72,9 @@ extension Database {
     ///   - vfs: the name of a VFS registered in this process (``LitestreamVFS/register(extensionPath:)``,
     ///     ``loadSQLiteExtension(at:entryPoint:)``).
     /// - Throws: `cannotOpen` when no VFS of that name is registered, `alreadyOpen` when this
-    ///   process has the same replica open, `notADatabase` when the replica holds no SnapshotDB
-    ///   database, `schemaTooNew` or `readOnly` when its schema is not this library's (the
+    ///   process has the same replica open, `notADatabase` when the replica holds another
+    ///   application's database (a replica URL that holds no backup yet is another matter:
+    ///   Litestream's VFS waits in the open until one appears, for ever for a mistyped URL), `schemaTooNew` or `readOnly` when its schema is not this library's (the
     ///   primary must be opened once by this version to upgrade it), `corrupt` for a damaged
     ///   schema; `misuse` when a number of `configuration` is out of its range, naming it.
     public convenience init(replica name: String, vfs: String, configuration: Configuration = Configuration())
