@@ -247,6 +247,11 @@ struct ReadReplicaTests {
             try thirdReplica.newConnection(name: "follower").beginLongLivedReadTransaction()
             #expect(thirdReplica.latestCommit == published)
 
+            // Following the primary takes no new handle.
+            for connection in [same, forward, reader, back, newest, jumper, ahead] {
+                #expect(connection.replicaHandlesReopened == 0, "\(connection.name)")
+            }
+
             // Put back, and on with other commits under the same numbers.
             try db.close()
             try run("/usr/bin/sqlite3", [path, ".restore '\(backup)'"])
@@ -298,6 +303,11 @@ struct ReadReplicaTests {
                 #expect(exact.first?.isExternal == false)
                 #expect(exact.first?.setKeys == ["notes": ["n1"]])
                 #expect(try titles(connection)["n1"] == "last")
+            }
+            // Once the put-back was seen, each connection took a new handle (those of
+            // Litestream's VFS open across it may have stopped following), once per mark.
+            for connection in [same, forward, reader, back, newest, jumper, ahead] {
+                #expect((1...3).contains(connection.replicaHandlesReopened), "\(connection.name)")
             }
             try otherReplica.close()
             try thirdReplica.close()
@@ -551,6 +561,153 @@ struct ReadReplicaTests {
             #expect(try copy.newConnection(name: "copy").read { try Self.digest($0) } == lastDigest)
             #expect(child.finish() == 0, "\(child.standardError)")
         }
+    }
+
+    /// A primary put back to an older commit (a point-in-time restore of its replica moved
+    /// over it, Litestream started again on it) that goes on past the numbers the replica had
+    /// seen, under a reader through Litestream's VFS in another process. The VFS (0.5.17) stops
+    /// following on the connections open across the put-back (it logs "non-contiguous ltx
+    /// file") while new ones read on: the replica takes a new handle for a connection whose
+    /// snapshot stays behind what another handle published, and for every connection once the
+    /// put-back is seen, and its watcher takes a new one every few seconds. The child's bookmark
+    /// advances into the new history with an external changeset, its values and view are the
+    /// primary's, and its `changes()` stream ended.
+    @Test(.enabled(if: LitestreamTests.litestream != nil && ReadReplicaTests.vfsLibrary != nil))
+    func aReplicaThroughTheVFSFollowsAPrimaryPutBackToAnOlderCommit() throws {
+        let tool = try #require(LitestreamTests.litestream)
+        let library = try #require(Self.vfsLibrary)
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("primary.sqlite").path
+            let replica = directory.appendingPathComponent("replica").path
+            var db = try Database(path: path)
+            try db.register(ViewTests.byTitle)
+            try LitestreamTests.writeNotes(db.newConnection(name: "writer"), 0..<20)
+            let firstBatch = db.latestCommit
+            let config = directory.appendingPathComponent("litestream.yml").path
+            try
+                "dbs:\n  - path: \(path)\n    replicas:\n      - url: file://\(replica)\n        sync-interval: 100ms\n"
+                .write(toFile: config, atomically: true, encoding: .utf8)
+            var litestream = try ChildProcess(tool, ["replicate", "-config", config], outputToFile: true)
+            defer { LitestreamTests.stop(litestream) }
+            try LitestreamTests.waitForTables(path)
+
+            let child = try ChildProcess(
+                URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path,
+                ["--testing-library", "swift-testing", "--filter", "childFollowsAPutBackPrimary"],
+                environment: [
+                    Self.childKey: library, "LITESTREAM_REPLICA_URL": "file://" + replica,
+                    "LITESTREAM_LOG_FILE": directory.appendingPathComponent("vfs.log").path,
+                ])
+            defer { child.kill() }
+            func answer(_ prefix: String) throws -> String {
+                while true {
+                    let line = try child.readLine()
+                    if line.hasPrefix(prefix + " ") { return String(line.dropFirst(prefix.count + 1)) }
+                }
+            }
+            func digest() throws -> String { try db.newConnection().read { try Self.digest($0) } }
+            // The replica holds the first batch once the child's bookmark reached it.
+            try child.send("bookmark \(firstBatch)")
+            #expect(try answer("bookmarked") == (try digest()))
+            // Litestream's timestamps: a point in time a second after the first batch was in the
+            // replica, and the next batch a second after that (as in the restore tests).
+            Thread.sleep(forTimeInterval: 1.1)
+            let pointInTime = ISO8601DateFormatter().string(from: Date())
+            Thread.sleep(forTimeInterval: 1.1)
+            try LitestreamTests.writeNotes(db.newConnection(name: "writer"), 20..<30)
+            let seen = db.latestCommit
+            try child.send("bookmark \(seen)")
+            #expect(try answer("bookmarked") == (try digest()))
+
+            // The put-back, then the primary going on with other values under the numbers the
+            // replica saw, and past them.
+            try db.close()
+            LitestreamTests.stop(litestream)
+            try LitestreamTests.restore(tool, replica: replica, to: path, timestamp: pointInTime)
+            litestream = try ChildProcess(tool, ["replicate", "-config", config], outputToFile: true)
+            db = try Database(path: path)
+            try db.register(ViewTests.byTitle)
+            let putBack = db.latestCommit
+            #expect(putBack >= firstBatch && putBack < seen, "put back at \(putBack)")
+            try LitestreamTests.writeNotes(
+                db.newConnection(name: "writer"), 100..<(100 + Int(seen - putBack) + 5))
+            let last = db.latestCommit
+            #expect(last > seen)
+            try child.send("follow \(last)")
+            #expect(try answer("external") == "true")
+            #expect(try answer("followed") == (try digest()))
+            let rows = try db.newConnection().read {
+                Self.describe(ViewTests.rows(try $0.view(named: "byTitle")))
+            }
+            #expect(try answer("rows") == rows)
+            #expect(try answer("streamEnded") == "true")
+            try child.send("done")
+            #expect(child.finish() == 0, "\(child.standardError)")
+            try db.close()
+        }
+    }
+
+    /// A view's rows as text that two processes write alike (a dictionary's order is seeded per
+    /// process).
+    static func describe(_ rows: [String: [ViewItem]]) -> String {
+        rows.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value.map(\.key).joined(separator: ","))" }
+            .joined(separator: "; ")
+    }
+
+    /// The child of ``aReplicaThroughTheVFSFollowsAPrimaryPutBackToAnOlderCommit()``: bookmarks
+    /// the replica at the commit the parent names, then follows it to the next one it names,
+    /// saying whether an advance was external, and what it reads there.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[ReadReplicaTests.childKey] != nil))
+    func childFollowsAPutBackPrimary() async throws {
+        let library = try #require(ProcessInfo.processInfo.environment[Self.childKey])
+        try LitestreamVFS.register(extensionPath: library)
+        let replica = try Database(replica: "primary.sqlite", vfs: LitestreamVFS.name)
+        try replica.register(ViewTests.byTitle)
+        let ui = replica.newConnection(name: "ui")
+        func poll(until commit: UInt64, _ step: () async throws -> UInt64) async throws {
+            let deadline = ContinuousClock.now + .seconds(60)
+            while case let reached = try await step(), reached < commit {
+                if ContinuousClock.now > deadline {
+                    FileHandle.standardError.write(
+                        Data("the replica's bookmark is at commit \(reached), waiting for \(commit)\n".utf8))
+                    exit(1)
+                }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        var commits: AsyncStream<Changeset>?
+        var follow: UInt64?
+        while let line = readLine() {
+            if line.hasPrefix("follow ") {
+                follow = UInt64(line.dropFirst(7))
+                break
+            }
+            guard line.hasPrefix("bookmark "), let commit = UInt64(line.dropFirst(9)) else { return }
+            try await poll(until: commit) {
+                try ui.beginLongLivedReadTransaction()
+                return ui.snapshot
+            }
+            if commits == nil { commits = replica.changes() }
+            print("bookmarked \(try await ui.read { try Self.digest($0) })")
+        }
+        // The stream ends when the replica sees the put-back (or yields an external changeset).
+        let stream = try #require(commits)
+        let ended = Task {
+            for await changeset in stream where changeset.isExternal { return true }
+            return true
+        }
+        guard let last = follow else { return }
+        var advances: [Changeset] = []
+        try await poll(until: last) {
+            advances += try ui.beginLongLivedReadTransaction()
+            return ui.snapshot
+        }
+        print("external \(advances.contains(where: \.isExternal))")
+        print("followed \(try await ui.read { try Self.digest($0) })")
+        print("rows \(try await ui.read { Self.describe(ViewTests.rows(try $0.view(named: "byTitle"))) })")
+        print("streamEnded \(await withinTimeLimit(.seconds(30)) { await ended.value } ?? false)")
+        _ = readLine()
+        try replica.close()
     }
 
     /// The child: registers Litestream's VFS for the replica, opens it as a read replica, and

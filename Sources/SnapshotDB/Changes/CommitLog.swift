@@ -51,6 +51,8 @@ final class CommitLog: Sendable {
         var announcesForeignHistory = false
         /// The commit whose streams were last ended for the mark (see ``streamsForReusedNumber(_:)``).
         var lastForeignWake: UInt64 = 0
+        /// How many times the log was marked (see ``foreignHistoryMarks``).
+        var foreignMarks = 0
         var subscribers = Subscribers<Changeset>(finishesOverflowingStreams: true)
         /// Set when the database closed (``unsubscribeAll()``): no subscriber is taken after.
         var closedToSubscribers = false
@@ -130,6 +132,7 @@ final class CommitLog: Sendable {
     }
 
     private static func markForeignHistory(in state: inout State) {
+        state.foreignMarks += 1
         state.foreignThrough = max(state.foreignThrough, state.latestCommit)
         state.tokens = [:]
         state.announcesForeignHistory = true
@@ -138,6 +141,14 @@ final class CommitLog: Sendable {
     var latestCommit: UInt64 { publishedCommit.load(ordering: .acquiring) }
 
     var latestToken: (commit: UInt64, token: UInt64)? { state.withLock { $0.latestToken } }
+
+    /// How many times a read replica's log was marked for another history, and whether the
+    /// newest commit published lies within the marked entries: a replica's connections open
+    /// their handles again after a mark, and take a handle behind the newest commit published
+    /// for a stalled one only past the marked entries (see ``ConnectionCore``).
+    var foreignHistoryMarks: (count: Int, coversLatest: Bool) {
+        state.withLock { ($0.foreignMarks, $0.foreignThrough >= $0.latestCommit) }
+    }
 
     /// How many changesets the log holds.
     var count: Int { state.withLock { $0.entries.count } }

@@ -149,6 +149,10 @@ final class ForeignCommitWatcher: Sendable {
         var watcher = Watch(walPath: watched)
         defer { watcher.end() }
         var handle: SQLiteHandle?
+        // On a replica, when the handle was opened: it is opened again every
+        // `ReplicaHandleFollowing.stallLimit`, since a handle of Litestream's VFS can stop
+        // following (as after its primary was put back) where a new one reads on.
+        var handleOpened: ContinuousClock.Instant?
         var lastHeader: WALIndexHeader?
         // On a replica, the newest commit published: a first look below it is the primary put
         // back before the watcher started (a new handle is at least as new as anything read).
@@ -180,8 +184,19 @@ final class ForeignCommitWatcher: Sendable {
             guard let database = database.database, !database.isClosed else { return }
             if !watcher.isWatching { watcher.retry() }
             checks.add(1, ordering: .relaxed)
+            if isReplica, handle != nil, let opened = handleOpened,
+                ContinuousClock.now - opened >= ReplicaHandleFollowing.stallLimit
+            {
+                handle = nil
+            }
+            if handle == nil { handleOpened = nil }
             let changed = Self.check(
                 database, handle: &handle, lastHeader: &lastHeader, lastCommit: &lastCommit)
+            if handle == nil {
+                handleOpened = nil
+            } else if handleOpened == nil {
+                handleOpened = .now
+            }
             if woken || changed {
                 settle = 1
             } else if settle > 0 {

@@ -288,6 +288,10 @@ public final class Connection: Sendable {
 }
 
 extension Connection {
+    /// How many times this read replica connection found its handle stalled and opened another
+    /// (see ``ReplicaHandleFollowing``; for tests and diagnostics).
+    var replicaHandlesReopened: Int { core.replicaHandlesReopened.load(ordering: .relaxed) }
+
     /// How many values the connection's cache holds (for tests and diagnostics).
     public var cachedValueCount: Int {
         (try? serialized { $0.cache.count }) ?? 0

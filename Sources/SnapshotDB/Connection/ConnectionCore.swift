@@ -27,6 +27,8 @@ final class ConnectionCore: @unchecked Sendable {
     /// reseat, which acts only on a recorded bookmark), so while this is `false` a transaction
     /// asks the record nothing (one lock less per transaction).
     private var mayHoldBookmark = false
+    /// On a read replica, whether the handle still follows the replica.
+    private var replicaFollowing = ReplicaHandleFollowing(marksAtOpen: 0)
 
     var id: Int { record.id }
 
@@ -51,11 +53,39 @@ final class ConnectionCore: @unchecked Sendable {
         if let openedHandle, !openedHandle.isBroken { return openedHandle }
         openedHandle = nil
         try database.checkOpen()
+        if database.replica != nil {
+            replicaFollowing = ReplicaHandleFollowing(
+                marksAtOpen: database.commitLog.foreignHistoryMarks.count)
+        }
         let handle = try database.openHandle()
         handle.recordCommitFrames()
         openedHandle = handle
         return handle
     }
+
+    /// On a read replica, whether the handle may no longer follow the replica (see
+    /// ``ReplicaHandleFollowing``), before a snapshot or with the commit of the one it took.
+    private func replicaHandleStalled(snapshot: UInt64? = nil) -> Bool {
+        guard database.replica != nil, openedHandle != nil else { return false }
+        return replicaFollowing.isStalled(
+            marks: database.commitLog.foreignHistoryMarks, snapshot: snapshot,
+            latest: database.commitLog.latestCommit, now: .now)
+    }
+
+    /// Closes a read replica's stalled handle (``replicaHandleStalled(snapshot:)``), ending its
+    /// transaction first; the next use opens a new one.
+    private func closeStalledReplicaHandle() {
+        if let openedHandle, !openedHandle.isAutocommit {
+            openedHandle.rollback(
+                after: "a read transaction on a stalled replica handle of connection '\(name)'",
+                logger: database.logger)
+        }
+        openedHandle = nil
+        replicaHandlesReopened.add(1, ordering: .relaxed)
+    }
+
+    /// How many times a stalled replica handle was closed (for tests and diagnostics).
+    let replicaHandlesReopened = Atomic<Int>(0)
 
     // MARK: Writes
 
@@ -110,8 +140,10 @@ final class ConnectionCore: @unchecked Sendable {
     /// otherwise they are read unsealed, with the cache dropped (always safe), and sealed off
     /// this path. A reader never waits for a writer.
     private func beginReadSnapshot() throws(DatabaseError) -> ReadSnapshot {
-        let handle = try handle()
+        if replicaHandleStalled() { closeStalledReplicaHandle() }
+        var handle = try handle()
         var triedSealing = false
+        var triedAnotherHandle = false
         while true {
             let before = handle.walIndexHeader()
             let published = database.commitLog.publishedCommit.load(ordering: .acquiring)
@@ -141,6 +173,14 @@ final class ConnectionCore: @unchecked Sendable {
                     after: "an error beginning a read transaction on connection '\(name)'",
                     logger: database.logger)
                 throw error
+            }
+            // A read replica's handle may have stopped following: the snapshot is taken again,
+            // once, on a new handle.
+            if !triedAnotherHandle, replicaHandleStalled(snapshot: state.commit) {
+                triedAnotherHandle = true
+                closeStalledReplicaHandle()
+                handle = try self.handle()
+                continue
             }
             let movedFrom = cache.commit
             guard state.unsealed != 0 else {

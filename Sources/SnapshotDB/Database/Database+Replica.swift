@@ -62,6 +62,9 @@ extension Database {
     /// back to an older commit and went on under the same numbers is told apart by its history
     /// rows' tokens, or by a connection's snapshot moving back: such advances return an external
     /// changeset and drop the cache until the replica passes the newest commit it had published.
+    /// Connections open a new SQLite handle once the put-back is seen, and when their snapshot
+    /// stays behind what another handle published (Litestream's VFS can stop following on the
+    /// connections open across a put-back: see ``ReplicaHandleFollowing``).
     /// A bookmark older than the replica's retention (`l0-retention`, 5 minutes by default, and
     /// its compactions) can find its pages gone and fail to read; advance bookmarks more often
     /// than that.
