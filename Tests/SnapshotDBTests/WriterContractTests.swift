@@ -231,6 +231,8 @@ struct WriterContractTests {
             #expect(next.map(\.commit) == [2])
             #expect(try await ui.read { ($0.commit, $0.hasUnnumberedForeignWrites) } == (2, false))
             #expect(try await plain.read { ($0.commit, $0.hasUnnumberedForeignWrites) } == (2, false))
+            try ui.endLongLivedReadTransaction()
+            #expect(try await ui.read { $0.hasUnnumberedForeignWrites } == false)
             // Sealed, the write has its exact keys (noted by the schema's triggers).
             #expect(next.first?.isExternal == false)
             #expect(next.first?.setKeys == ["c": ["foreign"]])

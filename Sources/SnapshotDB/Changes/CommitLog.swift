@@ -132,7 +132,9 @@ final class CommitLog: Sendable {
     }
 
     private static func markForeignHistory(in state: inout State) {
-        state.foreignMarks += 1
+        // Counted when it marks entries not marked yet: every snapshot of the new history below
+        // the old numbers marks again, and each count makes the connections open new handles.
+        if state.latestCommit > state.foreignThrough { state.foreignMarks += 1 }
         state.foreignThrough = max(state.foreignThrough, state.latestCommit)
         state.tokens = [:]
         state.announcesForeignHistory = true
@@ -142,7 +144,8 @@ final class CommitLog: Sendable {
 
     var latestToken: (commit: UInt64, token: UInt64)? { state.withLock { $0.latestToken } }
 
-    /// How many times a read replica's log was marked for another history, and whether the
+    /// How many times a read replica's log was newly marked for another history (marks of
+    /// entries already marked do not count), and whether the
     /// newest commit published lies within the marked entries: a replica's connections open
     /// their handles again after a mark, and take a handle behind the newest commit published
     /// for a stalled one only past the marked entries (see ``ConnectionCore``).

@@ -7,8 +7,8 @@ extension Database {
     /// commit that changed it, commits made outside this database included; a commit that
     /// rewrote the same bytes yields nothing. Each step reads the newest value: commits that land
     /// before the observer reads are coalesced into one element holding the newest value (the
-    /// values in between are not kept anywhere to read), and an older value never follows a
-    /// newer one. Built on ``changes()`` (subscribed before the first
+    /// values in between are not kept anywhere to read); the elements yielded wait in the
+    /// stream's buffer until the caller takes them. Built on ``changes()`` (subscribed before the first
     /// read, so no commit falls in between) and a connection of its own, which keeps the database
     /// open as any connection does. The sequence ends when the task iterating it is cancelled or
     /// the database is closed, and throws when a read fails (`decodingFailed` for a stored value

@@ -52,6 +52,8 @@ final class ForeignCommitWatcher: Sendable {
     /// has no `-wal` to watch, so each look is a short read transaction through its VFS
     /// (Litestream's VFS itself polls its replica once a second).
     static let replicaPollInterval: Int32 = 250
+    /// How long the watcher of a read replica keeps one handle (see ``ReplicaHandleFollowing``).
+    static let replicaHandleLifetime: Duration = .seconds(30)
     /// The re-checks after an event that found the header unchanged, in milliseconds.
     static let settleDelays: [Int32] = [2, 8, 32, 128, 512, 2048]
     /// How often the watcher looks, after the re-checks, while another process holds the WAL's
@@ -149,10 +151,14 @@ final class ForeignCommitWatcher: Sendable {
         var watcher = Watch(walPath: watched)
         defer { watcher.end() }
         var handle: SQLiteHandle?
-        // On a replica, when the handle was opened: it is opened again every
-        // `ReplicaHandleFollowing.stallLimit`, since a handle of Litestream's VFS can stop
-        // following (as after its primary was put back) where a new one reads on.
+        // On a replica, when the handle was opened and whether it still follows: a handle of
+        // Litestream's VFS can stop following (as after its primary was put back) where a new
+        // one reads on. It is opened again when it stalled by the rule of the connections
+        // (``ReplicaHandleFollowing``: a put-back seen, or behind what a connection published),
+        // and every `replicaHandleLifetime`, for a replica that only subscribers use (nothing
+        // else publishes).
         var handleOpened: ContinuousClock.Instant?
+        var following = ReplicaHandleFollowing(marksAtOpen: 0)
         var lastHeader: WALIndexHeader?
         // On a replica, the newest commit published: a first look below it is the primary put
         // back before the watcher started (a new handle is at least as new as anything read).
@@ -184,18 +190,22 @@ final class ForeignCommitWatcher: Sendable {
             guard let database = database.database, !database.isClosed else { return }
             if !watcher.isWatching { watcher.retry() }
             checks.add(1, ordering: .relaxed)
-            if isReplica, handle != nil, let opened = handleOpened,
-                ContinuousClock.now - opened >= ReplicaHandleFollowing.stallLimit
-            {
-                handle = nil
+            if isReplica, handle != nil, let opened = handleOpened {
+                let now = ContinuousClock.now
+                let stalled = following.isStalled(
+                    marks: database.commitLog.foreignHistoryMarks, snapshot: lastCommit,
+                    latest: database.commitLog.latestCommit, now: now)
+                if stalled || now - opened >= Self.replicaHandleLifetime { handle = nil }
             }
-            if handle == nil { handleOpened = nil }
+            let opensHandle = handle == nil
             let changed = Self.check(
                 database, handle: &handle, lastHeader: &lastHeader, lastCommit: &lastCommit)
             if handle == nil {
                 handleOpened = nil
-            } else if handleOpened == nil {
+            } else if opensHandle {
+                // Marks its own first look made (it found the put-back) are not against it.
                 handleOpened = .now
+                following = ReplicaHandleFollowing(marksAtOpen: database.commitLog.foreignHistoryMarks.count)
             }
             if woken || changed {
                 settle = 1

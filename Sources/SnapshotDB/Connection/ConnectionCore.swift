@@ -141,6 +141,9 @@ final class ConnectionCore: @unchecked Sendable {
     /// this path. A reader never waits for a writer.
     private func beginReadSnapshot() throws(DatabaseError) -> ReadSnapshot {
         if replicaHandleStalled() { closeStalledReplicaHandle() }
+        // A handle opened for this snapshot: marks its own snapshot makes (it found the put-back)
+        // are not against it.
+        var freshHandle = openedHandle == nil
         var handle = try handle()
         var triedSealing = false
         var triedAnotherHandle = false
@@ -158,7 +161,7 @@ final class ConnectionCore: @unchecked Sendable {
                 handle.lookUpWALIndex()
                 let header = before.flatMap { handle.walIndexHeader() == $0 ? $0 : nil }
                 var read = try database.commitState(of: handle, header: header, published: published)
-                unnumbered = read.unsealed != 0
+                unnumbered = read.hasUnnumberedForeignWrites
                 if database.replica != nil,
                     Self.isAnotherHistory(read, cachedAt: cache.commit, token: cache.token)
                 {
@@ -168,6 +171,10 @@ final class ConnectionCore: @unchecked Sendable {
                 state = read
                 // Commits of other processes: published with their history, read in this snapshot.
                 database.publishCommits(through: state.commit, reading: handle)
+                if freshHandle, database.replica != nil {
+                    replicaFollowing = ReplicaHandleFollowing(
+                        marksAtOpen: database.commitLog.foreignHistoryMarks.count)
+                }
             } catch {
                 handle.rollback(
                     after: "an error beginning a read transaction on connection '\(name)'",
@@ -180,6 +187,7 @@ final class ConnectionCore: @unchecked Sendable {
                 triedAnotherHandle = true
                 closeStalledReplicaHandle()
                 handle = try self.handle()
+                freshHandle = true
                 continue
             }
             let movedFrom = cache.commit

@@ -484,6 +484,7 @@ extension Database {
         // polls it per connection): a snapshot behind another connection's is not older contents
         // put back, only a connection that has not caught up yet.
         if state.unsealed == 0 && state.commit < published && replica == nil { state.unsealed = 1 }
+        state.hasUnnumberedForeignWrites = state.unsealed != 0
         // At the commit this process published last, another token is another history at the
         // same counter (a backup with as many commits put back, another database's file
         // restored over this one): the same, so that its external changeset drops caches and
@@ -497,6 +498,8 @@ extension Database {
             if replica != nil { markForeignHistory(at: state.commit) }
             state.unsealed = max(state.unsealed, 1)
             state.isAnotherHistory = true
+            // On a primary, older contents put back from outside: not numbered yet.
+            if replica == nil { state.hasUnnumberedForeignWrites = true }
         }
         // On a read replica, a snapshot whose row has another token than the one published
         // under its number is the primary put back to an older commit (a point-in-time restore)

@@ -257,6 +257,11 @@ struct CommitState: Equatable, Sendable {
     /// Whether the snapshot holds another history than the one this process published at the
     /// same counter (set by ``Database/commitState(of:header:published:)``).
     var isAnotherHistory = false
+    /// Whether the snapshot holds changes of a foreign client that have no commit number yet:
+    /// writes the triggers noted, or (on a primary) older contents put back from outside;
+    /// unlike ``unsealed``, not a read replica's snapshot of another history, which is a whole
+    /// commit of its primary (``ReadTransaction/hasUnnumberedForeignWrites``).
+    var hasUnnumberedForeignWrites = false
 
     /// Whether this is `commit` with every foreign write sealed.
     func isSealed(at commit: UInt64) -> Bool { self.commit == commit && unsealed == 0 }

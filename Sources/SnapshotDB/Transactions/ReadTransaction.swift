@@ -19,11 +19,14 @@ public class ReadTransaction {
     /// reader that finds them when the writer lock and SQLite's write lock are both free. A
     /// reader never waits for a writer, so one that finds them while a writer (of any process,
     /// foreign clients included) holds the lock reads them unnumbered; so does every reader of
-    /// a read-only file. They then arrive as a commit of their own with their keys, once
-    /// numbered; an advance to such a snapshot reports them before that as an external changeset
-    /// under ``commit``, a number it may have reported already (see
+    /// a read-only file, and of a read replica until its primary numbers them. They then arrive
+    /// as a commit of their own with their keys, once numbered (older contents put back from
+    /// outside, such as the `sqlite3` shell's `.restore`, count too, and arrive as an external
+    /// commit: their keys are unknown); an advance to such a snapshot reports them before that as
+    /// an external changeset under ``commit``, a number it may have reported already (see
     /// ``Connection/beginLongLivedReadTransaction()``). Always `false` in a read-write
-    /// transaction, which numbers them first.
+    /// transaction, which numbers them first, and for a read replica's snapshot of its primary
+    /// put back to an older commit, which is a whole commit of the primary.
     public let hasUnnumberedForeignWrites: Bool
     private(set) var isActive = true
     /// Extensions (name and version) this transaction found in its snapshot's catalog: the
