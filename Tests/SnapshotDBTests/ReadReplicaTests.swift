@@ -613,7 +613,7 @@ struct ReadReplicaTests {
     /// following on the connections open across the put-back (it logs "non-contiguous ltx
     /// file") while new ones read on: the replica takes a new handle for a connection whose
     /// snapshot stays behind what another handle published, and for every connection once the
-    /// put-back is seen, and its watcher when it stalls by the same rule, and every 30 seconds.
+    /// put-back is seen, and its watcher by the same rule and after 5 seconds without a new commit.
     /// The child's bookmark advances into the new history with an external changeset, its
     /// values and view are the primary's, its `changes()` stream ended or said external, and
     /// its connection took a new handle.

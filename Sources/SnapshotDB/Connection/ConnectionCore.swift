@@ -1,4 +1,5 @@
 internal import Foundation
+internal import Logging
 internal import SnapshotDBLocking
 
 internal import struct Synchronization.Atomic
@@ -72,16 +73,32 @@ final class ConnectionCore: @unchecked Sendable {
             latest: database.commitLog.latestCommit, now: .now)
     }
 
-    /// Closes a read replica's stalled handle (``replicaHandleStalled(snapshot:)``), ending its
-    /// transaction first; the next use opens a new one.
-    private func closeStalledReplicaHandle() {
-        if let openedHandle, !openedHandle.isAutocommit {
-            openedHandle.rollback(
+    /// Replaces a read replica's stalled handle (``replicaHandleStalled(snapshot:)``) with a new
+    /// one, ending the old one's transaction; returns the new handle, or `nil` when the VFS
+    /// cannot open one now (Litestream's VFS fails opens while its replica is being rewritten,
+    /// as during a put-back): the old handle stays, and a later snapshot tries again. A read
+    /// never fails for a handle that might have stalled.
+    private func replaceStalledReplicaHandle() -> SQLiteHandle? {
+        guard let stalled = openedHandle else { return nil }
+        let fresh: SQLiteHandle
+        do {
+            fresh = try database.openHandle()
+        } catch {
+            database.logger.debug(
+                "connection '\(name)' keeps its replica handle, which may have stopped following: no new one opens now (\(error.message))"
+            )
+            return nil
+        }
+        fresh.recordCommitFrames()
+        if !stalled.isAutocommit {
+            stalled.rollback(
                 after: "a read transaction on a stalled replica handle of connection '\(name)'",
                 logger: database.logger)
         }
-        openedHandle = nil
+        openedHandle = fresh
+        replicaFollowing = ReplicaHandleFollowing(marksAtOpen: database.commitLog.foreignHistoryMarks.count)
         replicaHandlesReopened.add(1, ordering: .relaxed)
+        return fresh
     }
 
     /// How many times a stalled replica handle was closed (for tests and diagnostics).
@@ -140,10 +157,10 @@ final class ConnectionCore: @unchecked Sendable {
     /// otherwise they are read unsealed, with the cache dropped (always safe), and sealed off
     /// this path. A reader never waits for a writer.
     private func beginReadSnapshot() throws(DatabaseError) -> ReadSnapshot {
-        if replicaHandleStalled() { closeStalledReplicaHandle() }
         // A handle opened for this snapshot: marks its own snapshot makes (it found the put-back)
         // are not against it.
         var freshHandle = openedHandle == nil
+        if replicaHandleStalled(), replaceStalledReplicaHandle() != nil { freshHandle = true }
         var handle = try handle()
         var triedSealing = false
         var triedAnotherHandle = false
@@ -185,10 +202,11 @@ final class ConnectionCore: @unchecked Sendable {
             // once, on a new handle.
             if !triedAnotherHandle, replicaHandleStalled(snapshot: state.commit) {
                 triedAnotherHandle = true
-                closeStalledReplicaHandle()
-                handle = try self.handle()
-                freshHandle = true
-                continue
+                if let fresh = replaceStalledReplicaHandle() {
+                    handle = fresh
+                    freshHandle = true
+                    continue
+                }
             }
             let movedFrom = cache.commit
             guard state.unsealed != 0 else {
