@@ -98,6 +98,9 @@ final class ConnectionCore: @unchecked Sendable {
         openedHandle = fresh
         replicaFollowing = ReplicaHandleFollowing(marksAtOpen: database.commitLog.foreignHistoryMarks.count)
         replicaHandlesReopened.add(1, ordering: .relaxed)
+        database.logger.debug(
+            "connection '\(name)' opened a new replica handle: its last one may have stopped following (the primary put back, or a snapshot behind another handle's)"
+        )
         return fresh
     }
 
