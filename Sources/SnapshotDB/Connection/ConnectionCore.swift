@@ -76,8 +76,8 @@ final class ConnectionCore: @unchecked Sendable {
     /// Replaces a read replica's stalled handle (``replicaHandleStalled(snapshot:)``) with a new
     /// one, ending the old one's transaction; returns the new handle, or `nil` when the VFS
     /// cannot open one now (Litestream's VFS fails opens while its replica is being rewritten,
-    /// as during a put-back): the old handle stays, and a later snapshot tries again. A read
-    /// never fails for a handle that might have stalled.
+    /// as during a put-back): the old handle stays, and a later snapshot tries again. (Reads on
+    /// a new handle can still fail while the VFS catches up: the caller's error, as any read's.)
     private func replaceStalledReplicaHandle() -> SQLiteHandle? {
         guard let stalled = openedHandle else { return nil }
         let fresh: SQLiteHandle
@@ -104,7 +104,7 @@ final class ConnectionCore: @unchecked Sendable {
         return fresh
     }
 
-    /// How many times a stalled replica handle was closed (for tests and diagnostics).
+    /// How many times a stalled replica handle was replaced (for tests and diagnostics).
     let replicaHandlesReopened = Atomic<Int>(0)
 
     // MARK: Writes
