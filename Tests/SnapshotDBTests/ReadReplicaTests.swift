@@ -546,10 +546,7 @@ struct ReadReplicaTests {
             try db.register(ViewTests.byTitle)
             let writer = db.newConnection(name: "writer")
             try LitestreamTests.writeNotes(writer, 0..<20)
-            let config = directory.appendingPathComponent("litestream.yml").path
-            try
-                "dbs:\n  - path: \(path)\n    replicas:\n      - url: file://\(replica)\n        sync-interval: 100ms\n"
-                .write(toFile: config, atomically: true, encoding: .utf8)
+            let config = try Self.writeLitestreamConfig(in: directory, path: path, replica: replica)
             let litestream = try ChildProcess(tool, ["replicate", "-config", config], outputToFile: true)
             defer { LitestreamTests.stop(litestream) }
             try LitestreamTests.waitForTables(path)
@@ -559,22 +556,11 @@ struct ReadReplicaTests {
             try primary.beginLongLivedReadTransaction()
             let firstDigest = try primary.read { try Self.digest($0) }
 
-            // Litestream's VFS reads its settings from the environment the process starts with.
-            let child = try ChildProcess(
-                URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path,
-                ["--testing-library", "swift-testing", "--filter", "childServesReadsFromTheReplica"],
-                environment: [
-                    Self.childKey: library, "LITESTREAM_REPLICA_URL": "file://" + replica,
-                    "LITESTREAM_LOG_FILE": directory.appendingPathComponent("vfs.log").path,
-                    Self.childKey + "_COPY": directory.appendingPathComponent("copy.sqlite").path,
-                ])
+            let child = try Self.startChild(
+                "childServesReadsFromTheReplica", library: library, replica: replica, in: directory,
+                environment: [Self.childKey + "_COPY": directory.appendingPathComponent("copy.sqlite").path])
             defer { child.kill() }
-            func answer(_ prefix: String) throws -> String {
-                while true {
-                    let line = try child.readLine()
-                    if line.hasPrefix(prefix + " ") { return String(line.dropFirst(prefix.count + 1)) }
-                }
-            }
+            func answer(_ prefix: String) throws -> String { try Self.answer(prefix, from: child) }
             // The replica reaches the first batch; the child bookmarks it and reads what the
             // primary read at that commit.
             try child.send("bookmark \(first)")
@@ -628,28 +614,15 @@ struct ReadReplicaTests {
             try db.register(ViewTests.byTitle)
             try LitestreamTests.writeNotes(db.newConnection(name: "writer"), 0..<20)
             let firstBatch = db.latestCommit
-            let config = directory.appendingPathComponent("litestream.yml").path
-            try
-                "dbs:\n  - path: \(path)\n    replicas:\n      - url: file://\(replica)\n        sync-interval: 100ms\n"
-                .write(toFile: config, atomically: true, encoding: .utf8)
+            let config = try Self.writeLitestreamConfig(in: directory, path: path, replica: replica)
             var litestream = try ChildProcess(tool, ["replicate", "-config", config], outputToFile: true)
             defer { LitestreamTests.stop(litestream) }
             try LitestreamTests.waitForTables(path)
 
-            let child = try ChildProcess(
-                URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path,
-                ["--testing-library", "swift-testing", "--filter", "childFollowsAPutBackPrimary"],
-                environment: [
-                    Self.childKey: library, "LITESTREAM_REPLICA_URL": "file://" + replica,
-                    "LITESTREAM_LOG_FILE": directory.appendingPathComponent("vfs.log").path,
-                ])
+            let child = try Self.startChild(
+                "childFollowsAPutBackPrimary", library: library, replica: replica, in: directory)
             defer { child.kill() }
-            func answer(_ prefix: String) throws -> String {
-                while true {
-                    let line = try child.readLine()
-                    if line.hasPrefix(prefix + " ") { return String(line.dropFirst(prefix.count + 1)) }
-                }
-            }
+            func answer(_ prefix: String) throws -> String { try Self.answer(prefix, from: child) }
             func digest() throws -> String { try db.newConnection().read { try Self.digest($0) } }
             // The replica holds the first batch once the child's bookmark reached it.
             try child.send("bookmark \(firstBatch)")
@@ -695,6 +668,64 @@ struct ReadReplicaTests {
         }
     }
 
+    /// A Litestream config in `directory` that replicates `path` to the directory `replica`,
+    /// syncing every 100 ms; returns its path.
+    static func writeLitestreamConfig(in directory: URL, path: String, replica: String) throws -> String {
+        let config = directory.appendingPathComponent("litestream.yml").path
+        try
+            "dbs:\n  - path: \(path)\n    replicas:\n      - url: file://\(replica)\n        sync-interval: 100ms\n"
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        return config
+    }
+
+    /// Starts this test binary as a child running the test `filter`, which reads the replica
+    /// `replica` through Litestream's VFS (`library`). The VFS reads its settings from the
+    /// environment the process starts with; it logs to `vfs.log` in `directory`.
+    static func startChild(
+        _ filter: String, library: String, replica: String, in directory: URL,
+        environment: [String: String] = [:]
+    ) throws -> ChildProcess {
+        try ChildProcess(
+            URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path,
+            ["--testing-library", "swift-testing", "--filter", filter],
+            environment: environment.merging(
+                [
+                    Self.childKey: library, "LITESTREAM_REPLICA_URL": "file://" + replica,
+                    "LITESTREAM_LOG_FILE": directory.appendingPathComponent("vfs.log").path,
+                ], uniquingKeysWith: { $1 }))
+    }
+
+    /// The child's next answer to a step, the line that starts with `prefix` (other lines, such
+    /// as the test library's, are skipped).
+    static func answer(_ prefix: String, from child: ChildProcess) throws -> String {
+        while true {
+            let line = try child.readLine()
+            if line.hasPrefix(prefix + " ") { return String(line.dropFirst(prefix.count + 1)) }
+        }
+    }
+
+    /// In a child: polls `step` every 100 ms until it reports `commit`, the progress of another
+    /// program (Litestream's sync, then the VFS's poll of the replica, which each connection
+    /// makes on its own). After two minutes the child fails, saying where it stood and what the
+    /// VFS logged last (on standard error, which the parent's failure shows), instead of hanging
+    /// the parent. (`changes()` waking up on a replica is tested in process.)
+    static func pollReplica(until commit: UInt64, _ step: () async throws -> UInt64) async throws {
+        let deadline = ContinuousClock.now + .seconds(120)
+        while case let reached = try await step(), reached < commit {
+            if ContinuousClock.now > deadline {
+                let log =
+                    ProcessInfo.processInfo.environment["LITESTREAM_LOG_FILE"]
+                    .flatMap { try? String(contentsOfFile: $0, encoding: .utf8) } ?? ""
+                FileHandle.standardError.write(
+                    Data(
+                        ("the replica is at commit \(reached), waiting for \(commit); the VFS logged:\n"
+                            + log.split(separator: "\n").suffix(30).joined(separator: "\n")).utf8))
+                exit(1)
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+    }
+
     /// A view's rows as text that two processes write alike (a dictionary's order is seeded per
     /// process).
     static func describe(_ rows: [String: [ViewItem]]) -> String {
@@ -712,22 +743,6 @@ struct ReadReplicaTests {
         let replica = try Database(replica: "primary.sqlite", vfs: LitestreamVFS.name)
         try replica.register(ViewTests.byTitle)
         let ui = replica.newConnection(name: "ui")
-        func poll(until commit: UInt64, _ step: () async throws -> UInt64) async throws {
-            let deadline = ContinuousClock.now + .seconds(60)
-            while case let reached = try await step(), reached < commit {
-                if ContinuousClock.now > deadline {
-                    let log =
-                        ProcessInfo.processInfo.environment["LITESTREAM_LOG_FILE"]
-                        .flatMap { try? String(contentsOfFile: $0, encoding: .utf8) } ?? ""
-                    FileHandle.standardError.write(
-                        Data(
-                            ("the replica's bookmark is at commit \(reached), waiting for \(commit); the VFS logged:\n"
-                                + log.split(separator: "\n").suffix(30).joined(separator: "\n")).utf8))
-                    exit(1)
-                }
-                try await Task.sleep(for: .milliseconds(100))
-            }
-        }
         var commits: AsyncStream<Changeset>?
         var follow: UInt64?
         while let line = readLine() {
@@ -736,7 +751,7 @@ struct ReadReplicaTests {
                 break
             }
             guard line.hasPrefix("bookmark "), let commit = UInt64(line.dropFirst(9)) else { return }
-            try await poll(until: commit) {
+            try await Self.pollReplica(until: commit) {
                 try ui.beginLongLivedReadTransaction()
                 return ui.snapshot
             }
@@ -750,7 +765,7 @@ struct ReadReplicaTests {
         // can fail ("SQL logic error"); a failed advance keeps the connection's place, and a
         // later one returns every commit since (it failed this test once under ThreadSanitizer).
         var transient: [String] = []
-        try await poll(until: last) {
+        try await Self.pollReplica(until: last) {
             do {
                 advances += try ui.beginLongLivedReadTransaction()
             } catch let error as DatabaseError where error.code == .sqlite {
@@ -785,33 +800,12 @@ struct ReadReplicaTests {
         let replica = try Database(replica: "primary.sqlite", vfs: LitestreamVFS.name)
         try replica.register(ViewTests.byTitle)
         let ui = replica.newConnection(name: "ui")
-        /// Polls `step` every 100 ms until it reports `commit`: the progress of another program
-        /// (Litestream's sync, then the VFS's poll of the replica, which each connection makes on
-        /// its own). After two minutes the child fails, saying where it stood and what the VFS
-        /// logged last (on standard error, which the parent's failure shows), instead of hanging
-        /// the parent. (`changes()` waking up on a replica is tested in process.)
-        func poll(until commit: UInt64, _ step: () async throws -> UInt64) async throws {
-            let deadline = ContinuousClock.now + .seconds(120)
-            while case let reached = try await step(), reached < commit {
-                if ContinuousClock.now > deadline {
-                    let log =
-                        ProcessInfo.processInfo.environment["LITESTREAM_LOG_FILE"]
-                        .flatMap { try? String(contentsOfFile: $0, encoding: .utf8) } ?? ""
-                    FileHandle.standardError.write(
-                        Data(
-                            ("the replica is at commit \(reached), waiting for \(commit); the VFS logged:\n"
-                                + log.split(separator: "\n").suffix(30).joined(separator: "\n")).utf8))
-                    exit(1)
-                }
-                try await Task.sleep(for: .milliseconds(100))
-            }
-        }
         func say(_ name: String, _ value: String) { print("\(name) \(value)") }
 
         guard let bookmark = readLine(), bookmark.hasPrefix("bookmark "),
             let first = UInt64(bookmark.dropFirst(9))
         else { return }
-        try await poll(until: first) {
+        try await Self.pollReplica(until: first) {
             try ui.beginLongLivedReadTransaction()
             return ui.snapshot
         }
@@ -822,10 +816,10 @@ struct ReadReplicaTests {
         else { return }
         // The replica reaches the last commit while the bookmark holds the first.
         let probe = replica.newConnection(name: "probe")
-        try await poll(until: last) { try await probe.read { $0.commit } }
+        try await Self.pollReplica(until: last) { try await probe.read { $0.commit } }
         say("held", try await ui.read { try Self.digest($0) })
         var advances: [Changeset] = []
-        try await poll(until: last) {
+        try await Self.pollReplica(until: last) {
             advances += try ui.beginLongLivedReadTransaction()
             return ui.snapshot
         }

@@ -153,15 +153,14 @@ final class ForeignCommitWatcher: Sendable {
         var watcher = Watch(walPath: watched)
         defer { watcher.end() }
         var handle: SQLiteHandle?
-        // On a replica, when the handle was opened, when it last saw a new commit, and whether
-        // it still follows: a handle of Litestream's VFS can stop following (as after its
+        // On a replica, when the handle last saw a new commit (or was opened), and whether it
+        // still follows: a handle of Litestream's VFS can stop following (as after its
         // primary was put back) where a new one reads on. It is opened again when it stalled by
         // the rule of the connections (``ReplicaHandleFollowing``: a put-back seen, or behind
         // what a connection published), and when it saw nothing new for
         // `replicaHandleLifetime`: when every handle of the process stalled (a replica only
         // subscribers use), nothing else would tell. (A trial of a put-back primary recovered
         // 19 s after its last commit with a 30 s lifetime.)
-        var handleOpened: ContinuousClock.Instant?
         var lastProgress = ContinuousClock.now
         var following = ReplicaHandleFollowing(marksAtOpen: 0)
         var lastHeader: WALIndexHeader?
@@ -195,24 +194,20 @@ final class ForeignCommitWatcher: Sendable {
             guard let database = database.database, !database.isClosed else { return }
             if !watcher.isWatching { watcher.retry() }
             checks.add(1, ordering: .relaxed)
-            if isReplica, handle != nil, let opened = handleOpened {
+            if isReplica, handle != nil {
                 let now = ContinuousClock.now
                 let stalled = following.isStalled(
                     marks: database.commitLog.foreignHistoryMarks, snapshot: lastCommit,
                     latest: database.commitLog.latestCommit, now: now)
-                let idle = now - max(opened, lastProgress)
-                if stalled || idle >= Self.replicaHandleLifetime { handle = nil }
+                if stalled || now - lastProgress >= Self.replicaHandleLifetime { handle = nil }
             }
             let opensHandle = handle == nil
             let commitBefore = lastCommit
             let changed = Self.check(
                 database, handle: &handle, lastHeader: &lastHeader, lastCommit: &lastCommit)
-            if lastCommit != commitBefore { lastProgress = .now }
-            if handle == nil {
-                handleOpened = nil
-            } else if opensHandle {
+            if lastCommit != commitBefore || (opensHandle && handle != nil) { lastProgress = .now }
+            if opensHandle, handle != nil {
                 // Marks its own first look made (it found the put-back) are not against it.
-                handleOpened = .now
                 following = ReplicaHandleFollowing(marksAtOpen: database.commitLog.foreignHistoryMarks.count)
             }
             if woken || changed {

@@ -95,8 +95,8 @@ final class ConnectionCore: @unchecked Sendable {
                 after: "a read transaction on a stalled replica handle of connection '\(name)'",
                 logger: database.logger)
         }
+        // (Its `replicaFollowing` starts after its first snapshot: see `beginReadSnapshot`.)
         openedHandle = fresh
-        replicaFollowing = ReplicaHandleFollowing(marksAtOpen: database.commitLog.foreignHistoryMarks.count)
         replicaHandlesReopened.add(1, ordering: .relaxed)
         database.logger.debug(
             "connection '\(name)' opened a new replica handle: its last one may have stopped following (the primary put back, or a snapshot behind another handle's)"
