@@ -196,6 +196,44 @@ final class SQLiteStatement {
         if let failure { throw failure }
     }
 
+    /// Runs a statement of several rows (`INSERT … VALUES (…), (…), …`) whose parameters are, row
+    /// after row, `textsPerRow` strings of `texts` then one integer of `integers`; binds the
+    /// strings in place (`SQLITE_STATIC`, as ``run(_:_:_:_:)`` does for one row), steps once, and
+    /// resets the statement and clears its bindings, so no pointer into `texts` stays bound.
+    ///
+    /// For builds, which write one row per item: each statement run costs about as much again
+    /// as the row it inserts (starting the VDBE, opening and positioning a cursor from the
+    /// table's root, halting), and a run of rows in key order keeps its cursor on the B-tree's
+    /// last page. Measured with SQLite's C API, a million map rows in key order took 1.2–1.5 µs
+    /// a row one per statement and 0.63–0.73 µs at 8 to 64 rows per statement.
+    func run(rows texts: PackedTexts, textsPerRow: Int, integers: [Int64]) throws(DatabaseError) {
+        let rows = integers.count
+        precondition(texts.count == rows * textsPerRow && parameterCount == rows * (textsPerRow + 1))
+        let failed = texts.bytes.withUnsafeBufferPointer { buffer -> DatabaseError? in
+            defer { reset() }
+            var text = 0
+            var parameter: Int32 = 1
+            for row in 0..<rows {
+                for _ in 0..<textsPerRow {
+                    let start = text == 0 ? 0 : texts.ends[text - 1]
+                    let bytes = UnsafeBufferPointer(rebasing: buffer[start..<texts.ends[text]])
+                    if let error = bindText(bytes, at: parameter) { return error }
+                    text += 1
+                    parameter += 1
+                }
+                if let error = failure(
+                    sqlite3_bind_int64(statement, parameter, integers[row]), "bind integer")
+                {
+                    return error
+                }
+                parameter += 1
+            }
+            let result = sqlite3_step(statement)
+            return result == SQLITE_DONE ? nil : handle.error(result, context: nil)
+        }
+        if let failed { throw failed }
+    }
+
     private func bindText(_ bytes: UnsafeBufferPointer<UInt8>, at index: Int32) -> DatabaseError? {
         bytes.withMemoryRebound(to: CChar.self) { bindText($0.baseAddress, $0.count, at: index) }
     }
@@ -334,5 +372,29 @@ final class SQLiteStatement {
     /// (most of a rebuild's map rows went to it).
     private func check(_ result: Int32, _ what: @autoclosure () -> String) throws(DatabaseError) {
         if result != SQLITE_OK { throw handle.error(result, context: what()) }
+    }
+}
+
+/// Strings laid end to end in one buffer, for ``SQLiteStatement/run(rows:textsPerRow:integers:)``
+/// to bind in place: one array for a whole statement's strings, where binding each `String` in
+/// place would need a closure per string.
+struct PackedTexts {
+    private(set) var bytes: [UInt8] = []
+    /// Where each string ends in ``bytes``; the first starts at 0, each other where the one
+    /// before it ends.
+    private(set) var ends: [Int] = []
+
+    var count: Int { ends.count }
+
+    mutating func append(_ text: String) {
+        var text = text
+        text.withUTF8 { bytes.append(contentsOf: $0) }
+        ends.append(bytes.count)
+    }
+
+    /// Empties the buffer and keeps its capacity for the next statement.
+    mutating func removeAll() {
+        bytes.removeAll(keepingCapacity: true)
+        ends.removeAll(keepingCapacity: true)
     }
 }
