@@ -307,4 +307,152 @@ struct IndexTests {
                     .sorted() == ["b", "c"])
         }
     }
+
+    /// An extracted value of another type than its column's would be stored as it came and sort
+    /// apart from the column's values (text above every number): `count(where: "n > 0")` then
+    /// counted every row. It is refused, at registration and at a write, and nothing changes.
+    @Test func valuesOfAnotherTypeThanTheirColumnAreRefused() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                try txn.set(Person(city: "Oslo", age: 30), forKey: "ada", inCollection: "people")
+            }
+            let textForAge = SecondaryIndex<Person>(
+                name: "wrong", version: "1", collections: ["people"], columns: [.integer("age")],
+                extract: { _, _, person in ["age": .text(person.city)] })
+            let before = db.latestCommit
+            let refused = expectError(.misuse) { try db.register(textForAge) }
+            #expect(
+                refused?.message.contains("text for its INTEGER column \"age\"") == true, "\(refused as Any)")
+            #expect(refused?.key == "ada" && refused?.collection == "people", "\(refused as Any)")
+            #expect(db.latestCommit == before, "the registration made no commit")
+            expectError(.unknownExtension) { try writer.read { try $0.index(named: "wrong") } }
+
+            // An integer is a valid real; NULL is valid anywhere; a real is not an integer.
+            let scores = SecondaryIndex<Person>(
+                name: "scores", version: "1", collections: ["people"],
+                columns: [.real("score"), .integer("age"), .text("city")],
+                extract: { _, _, person in
+                    person.city == "Bad"
+                        ? ["age": .real(Double(person.age) + 0.5)]
+                        : ["score": person.score.map { .real($0) } ?? .integer(person.age), "city": .null]
+                })
+            try db.register(scores)
+            try writer.readWrite { txn in
+                try txn.set(Person(city: "Bergen", age: 35, score: 2.5), forKey: "bo", inCollection: "people")
+            }
+            let counted = db.latestCommit
+            let write = expectError(.misuse) {
+                try writer.readWrite { txn in
+                    try txn.set(Person(city: "Oslo", age: 50), forKey: "cy", inCollection: "people")
+                    try txn.set(Person(city: "Bad", age: 40), forKey: "di", inCollection: "people")
+                }
+            }
+            #expect(
+                write?.message.contains("a real for its INTEGER column \"age\"") == true, "\(write as Any)")
+            #expect(db.latestCommit == counted, "the refused write made no commit")
+            try writer.read { txn throws in
+                #expect(try txn.count(inCollection: "people") == 2)
+                let index = try txn.index(named: "scores")
+                #expect(
+                    try index.keys(where: "score >= ?", [2.5], orderBy: "score").map(\.key) == ["bo", "ada"])
+                #expect(try index.count(where: "city IS NULL") == 2)
+            }
+        }
+    }
+
+    /// An index or a full-text index of no columns is refused before anything is created (it
+    /// was a raw SQL error, or an index whose every query found nothing).
+    @Test func indexesOfNoColumnsAreRefused() throws {
+        try withTemporaryDatabase { db throws in
+            let before = db.latestCommit
+            let index = SecondaryIndex<Person>(
+                name: "none", version: "1", collections: ["people"], columns: [], extract: { _, _, _ in [:] })
+            let indexError = expectError(.misuse) { try db.register(index) }
+            #expect(
+                indexError?.message == "a secondary index needs at least one column", "\(indexError as Any)")
+            let search = FullTextSearch<Article>(
+                name: "none", version: "1", collections: ["articles"], columns: [],
+                extract: { _, _, _ in [:] })
+            let searchError = expectError(.misuse) { try db.register(search) }
+            #expect(
+                searchError?.message == "a full-text index needs at least one column", "\(searchError as Any)"
+            )
+            #expect(db.latestCommit == before)
+        }
+    }
+
+    /// SQLite reads a negative `LIMIT` as no limit; a negative limit was silently no rows. It is
+    /// `misuse` now, for index queries and searches alike.
+    @Test func negativeLimitsAreRefused() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.people)
+            let search = FullTextSearch<Article>(
+                name: "articles", version: "1", collections: ["articles"], columns: ["title"],
+                extract: { _, _, article in ["title": article.title] })
+            try db.register(search)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                try txn.set(Person(city: "Oslo", age: 30), forKey: "ada", inCollection: "people")
+                try txn.set(Article(title: "Swift", body: ""), forKey: "a", inCollection: "articles")
+            }
+            try writer.read { txn throws in
+                let index = try txn.index(named: "people")
+                expectError(.misuse) { try index.keys(where: "age > ?", [0], limit: -1) }
+                #expect(try index.keys(where: "age > ?", [0], limit: 0).isEmpty)
+                #expect(try index.keys(where: "age > ?", [0], limit: nil).map(\.key) == ["ada"])
+                let articles = try txn.search(named: "articles")
+                expectError(.misuse) { try articles.keys(matching: "swift", limit: -1) }
+                expectError(.misuse) { try articles.snippets(matching: "swift", column: "title", limit: -5) }
+                #expect(try articles.keys(matching: "swift", limit: .max).map(\.key) == ["a"])
+            }
+        }
+    }
+
+    /// A bookmark taken before this process unregistered an index still finds it in its
+    /// snapshot of the file: the error said another process had registered it.
+    @Test func aBookmarkOlderThanAnUnregistrationIsToldWhatHappened() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.people)
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            try db.unregister("people")
+            let error = expectError(.unknownExtension) { try ui.read { try $0.index(named: "people") } }
+            #expect(
+                error?.message.contains("this process unregistered it after the snapshot") == true,
+                "\(error as Any)")
+            try ui.beginLongLivedReadTransaction()
+            let after = expectError(.unknownExtension) { try ui.read { try $0.index(named: "people") } }
+            #expect(after?.message == "no secondary index named 'people' is registered", "\(after as Any)")
+        }
+    }
+
+    /// SQLite reads SQL text and FTS5 a query up to the first NUL: `"urg\0ent"` searched for
+    /// "urg" and a fragment lost what followed its NUL, unseen. Both are `invalidQuery` now.
+    @Test func queriesHoldingNULAreRefused() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.people)
+            let search = FullTextSearch<Article>(
+                name: "articles", version: "1", collections: ["articles"], columns: ["title"],
+                extract: { _, _, article in ["title": article.title] })
+            try db.register(search)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                try txn.set(Person(city: "Oslo", age: 30), forKey: "ada", inCollection: "people")
+                try txn.set(Article(title: "urgent", body: ""), forKey: "a", inCollection: "articles")
+                try txn.set(Article(title: "urg", body: ""), forKey: "b", inCollection: "articles")
+            }
+            try writer.read { txn throws in
+                let index = try txn.index(named: "people")
+                expectError(.invalidQuery) { try index.keys(where: "age > ?\u{0} OR 1", [40]) }
+                expectError(.invalidQuery) {
+                    try index.keys(where: "age > ?", [0], orderBy: "age\u{0}, city")
+                }
+                let articles = try txn.search(named: "articles")
+                let error = expectError(.invalidQuery) { try articles.keys(matching: "urg\u{0}ent") }
+                #expect(error?.message.contains("NUL") == true, "\(error as Any)")
+                #expect(try articles.keys(matching: "urgent").map(\.key) == ["a"])
+            }
+        }
+    }
 }

@@ -434,6 +434,50 @@ struct ViewTests {
         }
     }
 
+    /// Row changes are for the changesets that lead to the transaction's commit. An earlier
+    /// advance's batch, one with a commit left out, or one the snapshot is past gave plausible,
+    /// wrong changes; each is `misuse` in a read transaction now.
+    @Test func rowChangesRefuseChangesetsThatDoNotLeadToTheSnapshot() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.byTitle)
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            func write(_ key: String, _ title: String) throws {
+                try writer.readWrite { txn in
+                    try txn.set(
+                        Note(title: title, folder: "inbox", archived: false), forKey: key,
+                        inCollection: "notes")
+                }
+            }
+            try write("a", "a")
+            try ui.beginLongLivedReadTransaction()
+            try write("b", "b")
+            let first = try ui.beginLongLivedReadTransaction()
+            try write("c", "0")
+            try write("d", "d")
+            let second = try ui.beginLongLivedReadTransaction()
+            #expect(second.count == 2)
+            try ui.read { txn throws in
+                let view = try txn.view(named: "byTitle")
+                let earlier = expectError(.misuse) { try view.changes(for: first) }
+                #expect(
+                    earlier?.message.contains("end at commit \(first.last!.commit)") == true,
+                    "\(earlier as Any)")
+                let gap = expectError(.misuse) { try view.changes(for: first + [second.last!]) }
+                #expect(gap?.message.contains("skip from commit") == true, "\(gap as Any)")
+                expectError(.misuse) { try view.changeSummary(for: second.dropLast()) }
+                #expect(try view.changes(for: []) == [])
+                let rows = try view.changes(for: first + second)
+                #expect(
+                    Self.apply(rows, to: ["inbox": [ViewItem(collection: "notes", key: "a")]])
+                        == Self.rows(view))
+            }
+            // A plain read at a newer commit than the batch's last is refused too.
+            try write("e", "e")
+            expectError(.misuse) { try writer.read { try $0.view(named: "byTitle").changes(for: second) } }
+        }
+    }
+
     /// Random commits by two writers, through savepoints that roll back, removals and cleared
     /// collections; two bookmarks that advance now and then. After every advance the view equals
     /// a brute-force sort of the values at that snapshot, and its row changes applied to the

@@ -37,11 +37,13 @@ public struct IndexReader {
 
     /// The items whose columns match `whereClause` (a SQL boolean expression over the index's
     /// columns, with `?` for each of `arguments`), sorted by `orderBy` (an `ORDER BY` list over
-    /// the columns; by collection and key when `nil`), at most `limit` of them.
+    /// the columns; by collection and key in SQLite's byte order when `nil`, which is not
+    /// `ViewItem`'s `<`), at most `limit` of them (`nil`: all).
     ///
     /// - Throws: `invalidQuery` for a fragment that names anything but the index's columns, is
     ///   not valid SQL, holds a comment or a second statement, or whose `?` count differs from
-    ///   `arguments`; a ``DatabaseError`` from SQLite.
+    ///   `arguments`; `misuse` for a negative `limit` (`nil` is no limit); a ``DatabaseError``
+    ///   from SQLite.
     public func keys(
         where whereClause: String, _ arguments: [IndexValue] = [], orderBy: String? = nil, limit: Int? = nil
     ) throws(DatabaseError) -> [ViewItem] {
@@ -110,6 +112,11 @@ public struct IndexReader {
                     "the query fragment \(QuotedInput.quote(fragment)) is \(fragment.utf8.count) bytes long; "
                         + "a fragment takes at most \(Self.maximumFragmentBytes)")
             }
+            // SQLite reads SQL text up to its first NUL: the rest would be dropped unseen.
+            if fragment.utf8.contains(0) {
+                throw DatabaseError(
+                    .invalidQuery, "the query fragment \(QuotedInput.quote(fragment)) holds a NUL character")
+            }
             if Self.holdsCommentOrSemicolon(fragment) {
                 throw DatabaseError(
                     .invalidQuery,
@@ -135,6 +142,10 @@ public struct IndexReader {
     private func prepare(
         select: String, whereClause: String, arguments: [IndexValue], orderBy: String?, limit: Int?
     ) throws(DatabaseError) -> SQLiteStatement {
+        // SQLite reads a negative LIMIT as no limit; Swift's APIs refuse a negative count.
+        if let limit, limit < 0 {
+            throw DatabaseError(.misuse, "a query's limit must not be negative (\(limit))")
+        }
         let handle = try transaction.core.handle()
         let key = IndexQueryKey(
             table: table.name, columns: table.policy.columnsKey, select: select, whereClause: whereClause,
@@ -161,7 +172,7 @@ public struct IndexReader {
         for (offset, argument) in arguments.enumerated() {
             try argument.bind(to: statement, at: Int32(offset + 1))
         }
-        if let limit { try statement.bind(Int64(max(0, limit)), at: Int32(arguments.count + 1)) }
+        if let limit { try statement.bind(Int64(limit), at: Int32(arguments.count + 1)) }
         return statement
     }
 }

@@ -24,6 +24,15 @@ public enum IndexColumn: Hashable, Sendable {
         case .real: "REAL"
         }
     }
+
+    /// Whether the column stores `value` as its own type: `NULL` anywhere, an integer in a
+    /// `.real` column too (SQLite stores it as a real there).
+    func accepts(_ value: IndexValue) -> Bool {
+        switch (self, value) {
+        case (_, .null), (.text, .text), (.integer, .integer), (.real, .real), (.real, .integer): true
+        default: false
+        }
+    }
 }
 
 /// A value stored in, or compared with, a column of a ``SecondaryIndex``; written as a literal
@@ -77,6 +86,16 @@ public enum IndexValue: Hashable, Sendable, ExpressibleByStringLiteral, Expressi
         case SQLITE_TEXT: self = .text(statement.string(at: index))
         case SQLITE_NULL: self = .null
         default: return nil
+        }
+    }
+
+    /// What the value is, for messages: "text", "an integer", "a real", "NULL".
+    var typeDescription: String {
+        switch self {
+        case .text: "text"
+        case .integer: "an integer"
+        case .real: "a real"
+        case .null: "NULL"
         }
     }
 

@@ -22,7 +22,11 @@ internal import Foundation
 /// the index's columns (`sqlite3_set_authorizer`). A query no SQLite index serves is allowed
 /// and scans the index table; ``IndexReader/explain(where:orderBy:)`` shows SQLite's plan.
 /// A value for which `extract` returns no columns is not in the index; columns it does not
-/// name are `NULL`, names it returns that are not declared are ignored.
+/// name are `NULL`, names it returns that are not declared are ignored. A value of another type
+/// than its column's (text for an `.integer` column; an integer is a valid `.real`) is refused
+/// with `misuse` and the write changes nothing: SQLite would store it as it came, and it
+/// would sort apart from every value of the column's type (text above all numbers), so
+/// queries would silently miss it or find it.
 public struct SecondaryIndex<Value: Decodable & Sendable>: ExtensionDefinition {
     /// The name the index is registered and read under.
     public let name: String
@@ -107,8 +111,12 @@ struct IndexTable {
     }
 
     /// Column names become SQL identifiers: letters, digits and underscores, not starting with a
-    /// digit, and not the table's own `collection` and `key`.
-    static func checkColumns(_ columns: [IndexColumn]) throws(DatabaseError) {
+    /// digit, and not the table's own `collection` and `key`; `what` (for messages) needs at
+    /// least one.
+    static func checkColumns(_ columns: [IndexColumn], of what: String = "a secondary index")
+        throws(DatabaseError)
+    {
+        guard !columns.isEmpty else { throw DatabaseError(.misuse, "\(what) needs at least one column") }
         var seen: Set<String> = []
         for column in columns {
             let name = column.name
@@ -192,6 +200,16 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
         guard !columns.isEmpty else {
             try willRemove(forKey: key, inCollection: collection)
             return
+        }
+        for column in index.columns {
+            if let value = columns[column.name], !column.accepts(value) {
+                throw DatabaseError(
+                    .misuse,
+                    "index '\(index.name)' extracted \(value.typeDescription) for its \(column.sqlType) column "
+                        + "\(column.name.debugDescription) from key '\(key)' in collection '\(collection)': "
+                        + "return a value of the column's type (nothing was written)",
+                    collection: collection, key: key)
+            }
         }
         if !rebuilding, try isStored(columns, key: key, collection: collection) { return }
         // A rebuild fills an empty table, one row per item: a plain insert, with no conflict

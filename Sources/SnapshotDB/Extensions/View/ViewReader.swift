@@ -1,8 +1,9 @@
 internal import Foundation
 
 extension ReadTransaction {
-    /// The `unknownExtension` error for a `what` named `name` that this process did not
-    /// register: it says so when the file has one (another process registered it), since
+    /// The `unknownExtension` error for a `what` named `name` that this process has not
+    /// registered: it says so when the snapshot's file has one (another process or an earlier
+    /// run registered it, or this process unregistered it after the snapshot), since
     /// registering it here is then all it takes.
     func unknownExtension(_ what: String, kind: String, named name: String) -> DatabaseError {
         let plain = DatabaseError(.unknownExtension, "no \(what) named '\(name)' is registered")
@@ -15,8 +16,9 @@ extension ReadTransaction {
         else { return plain }
         return DatabaseError(
             .unknownExtension,
-            "no \(what) named '\(name)' is registered in this process; the file has one (\(installed.kind) "
-                + "version '\(installed.version)', registered by another process): register it in this "
+            "no \(what) named '\(name)' is registered in this process, but the file has one at this snapshot "
+                + "(\(installed.kind) version '\(installed.version)'): another process or an earlier run "
+                + "registered it, or this process unregistered it after the snapshot; register it in this "
                 + "process to read it")
     }
 
@@ -185,6 +187,9 @@ public final class ViewReader {
     /// Empty when the view must be reloaded (``requiresReload(for:)``); use
     /// ``changeSummary(for:inGroups:)`` to tell that from "nothing changed". Costs O(row changes
     /// × log n), not O(view size).
+    ///
+    /// - Throws: `misuse` in a read transaction when `changesets` are not consecutive commits
+    ///   ending at this transaction's (another advance's batch: the row changes would be wrong).
     public func changes<Changesets: Sequence<Changeset>>(for changesets: Changesets) throws(DatabaseError)
         -> [ViewRowChange]
     {
@@ -206,9 +211,10 @@ public final class ViewReader {
     public func changeSummary<Changesets: Sequence<Changeset>>(
         for changesets: Changesets, inGroups groups: Set<String>? = nil
     ) throws(DatabaseError) -> ViewChanges {
-        _ = try transaction()
+        let transaction = try transaction()
         let changesets = Array(changesets)
         if requiresReload(for: changesets) { return ViewChanges(isReload: true, sections: [], rows: []) }
+        try Self.checkLeadHere(changesets, to: transaction)
         var before: [ViewItem: ViewCommitRecord.Before?] = [:]
         for changeset in changesets {
             guard let record = changeset.extensionChanges.byName[name] as? ViewCommitRecord else { continue }
@@ -220,6 +226,30 @@ public final class ViewReader {
         guard let ranking = openRanking else { throw reference.ended }
         let diff = try ViewDiff(before: before, pages: pages, ranking: ranking)
         return try diff.compute(inGroups: groups, currentGroups: self.groups)
+    }
+}
+
+extension ViewReader {
+    /// `misuse` unless `changesets` are consecutive commits ending at `transaction`'s (in a
+    /// read transaction): row changes for any other batch (an earlier advance's, one missing a
+    /// commit, or one this snapshot is past) would look plausible and be wrong.
+    static func checkLeadHere(_ changesets: [Changeset], to transaction: ReadTransaction)
+        throws(DatabaseError)
+    {
+        guard let last = changesets.last, !(transaction is ReadWriteTransaction) else { return }
+        for (earlier, later) in zip(changesets, changesets.dropFirst())
+        where later.commits.lowerBound != earlier.commit + 1 {
+            throw DatabaseError(
+                .misuse,
+                "the changesets given for row changes skip from commit \(earlier.commit) to "
+                    + "\(later.commits.lowerBound): pass every changeset an advance returned, in order")
+        }
+        guard last.commit == transaction.commit else {
+            throw DatabaseError(
+                .misuse,
+                "the changesets given for row changes end at commit \(last.commit), but this transaction "
+                    + "reads commit \(transaction.commit): pass what the advance to this snapshot returned")
+        }
     }
 }
 
