@@ -464,7 +464,8 @@ struct ViewTests {
                     earlier?.message.contains("end at commit \(first.last!.commit)") == true,
                     "\(earlier as Any)")
                 let gap = expectError(.misuse) { try view.changes(for: first + [second.last!]) }
-                #expect(gap?.message.contains("skip from commit") == true, "\(gap as Any)")
+                #expect(gap?.message.contains("not consecutive") == true, "\(gap as Any)")
+                expectError(.misuse) { try view.changes(for: second + first) }
                 expectError(.misuse) { try view.changeSummary(for: second.dropLast()) }
                 #expect(try view.changes(for: []) == [])
                 let rows = try view.changes(for: first + second)

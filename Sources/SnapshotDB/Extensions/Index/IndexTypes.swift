@@ -24,15 +24,6 @@ public enum IndexColumn: Hashable, Sendable {
         case .real: "REAL"
         }
     }
-
-    /// Whether the column stores `value` as its own type: `NULL` anywhere, an integer in a
-    /// `.real` column too (SQLite stores it as a real there).
-    func accepts(_ value: IndexValue) -> Bool {
-        switch (self, value) {
-        case (_, .null), (.text, .text), (.integer, .integer), (.real, .real), (.real, .integer): true
-        default: false
-        }
-    }
 }
 
 /// A value stored in, or compared with, a column of a ``SecondaryIndex``; written as a literal
@@ -89,22 +80,19 @@ public enum IndexValue: Hashable, Sendable, ExpressibleByStringLiteral, Expressi
         }
     }
 
-    /// What the value is, for messages: "text", "an integer", "a real", "NULL".
-    var typeDescription: String {
-        switch self {
-        case .text: "text"
-        case .integer: "an integer"
-        case .real: "a real"
-        case .null: "NULL"
-        }
-    }
-
     /// Whether the index holds the same thing for both: text by its UTF-8 bytes, as SQLite
     /// compares it (Swift's `==` holds `"é"` and `"e\u{301}"` equal, and an update between the
     /// two would have left the old bytes in the index), other values by `==`.
     func isStored(as other: IndexValue) -> Bool {
-        if case .text(let text) = self, case .text(let otherText) = other { return sameUTF8(text, otherText) }
-        return self == other
+        switch (self, other) {
+        case (.text(let text), .text(let otherText)): return sameUTF8(text, otherText)
+        // A `.real` column stores an integer as a real, and an `.integer` column an integral
+        // real as an integer: the same number, which comparing the cases would have written
+        // again at every write of the item.
+        case (.real(let real), .integer(let integer)), (.integer(let integer), .real(let real)):
+            return Double(integer) == real
+        default: return self == other
+        }
     }
 
     func bind(to statement: SQLiteStatement, at index: Int32) throws(DatabaseError) {

@@ -22,11 +22,11 @@ internal import Foundation
 /// the index's columns (`sqlite3_set_authorizer`). A query no SQLite index serves is allowed
 /// and scans the index table; ``IndexReader/explain(where:orderBy:)`` shows SQLite's plan.
 /// A value for which `extract` returns no columns is not in the index; columns it does not
-/// name are `NULL`, names it returns that are not declared are ignored. A value of another type
-/// than its column's (text for an `.integer` column; an integer is a valid `.real`) is refused
-/// with `misuse` and the write changes nothing: SQLite would store it as it came, and it
-/// would sort apart from every value of the column's type (text above all numbers), so
-/// queries would silently miss it or find it.
+/// name are `NULL`, names it returns that are not declared are ignored. Values take their
+/// column's type by SQLite's affinity rules: an integral real or text that reads as a number
+/// becomes an integer in an `.integer` column, an integer becomes text in a `.text` column.
+/// Text that is not a number stays text in a numeric column, where SQLite sorts it above every
+/// number (`n > 0` finds it): return numbers for numeric columns.
 public struct SecondaryIndex<Value: Decodable & Sendable>: ExtensionDefinition {
     /// The name the index is registered and read under.
     public let name: String
@@ -200,16 +200,6 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
         guard !columns.isEmpty else {
             try willRemove(forKey: key, inCollection: collection)
             return
-        }
-        for column in index.columns {
-            if let value = columns[column.name], !column.accepts(value) {
-                throw DatabaseError(
-                    .misuse,
-                    "index '\(index.name)' extracted \(value.typeDescription) for its \(column.sqlType) column "
-                        + "\(column.name.debugDescription) from key '\(key)' in collection '\(collection)': "
-                        + "return a value of the column's type (nothing was written)",
-                    collection: collection, key: key)
-            }
         }
         if !rebuilding, try isStored(columns, key: key, collection: collection) { return }
         // A rebuild fills an empty table, one row per item: a plain insert, with no conflict

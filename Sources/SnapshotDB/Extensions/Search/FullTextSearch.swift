@@ -76,9 +76,11 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
     /// statement savepoint, and FTS5 writes the terms it holds in memory to disk at every
     /// savepoint: inserting the map rows sixteen per statement took a full-text build from 40k
     /// to about 74k instructions per item (callgrind, 50,000 values), one small segment per
-    /// statement. The same goes for any such statement run while FTS5 holds terms: a view
-    /// writes its map rows several per statement only after every value was fed, where FTS5
-    /// writes its terms once, as it would at the commit.
+    /// statement. The same goes for any such statement run while FTS5 holds terms: a view's
+    /// build writes its map rows several per statement after every value was fed, where FTS5
+    /// writes its terms once, as it would at the commit; a view's bulk merge inside a write
+    /// transaction (before a savepoint, which writes them anyway, or a read of the view) can
+    /// make FTS5 write the terms of that transaction's earlier writes one segment early.
     private var rebuilding = false
 
     /// The statements the writer runs per item.

@@ -238,11 +238,11 @@ extension ViewReader {
     {
         guard let last = changesets.last, !(transaction is ReadWriteTransaction) else { return }
         for (earlier, later) in zip(changesets, changesets.dropFirst())
-        where later.commits.lowerBound != earlier.commit + 1 {
+        where earlier.commit == .max || later.commits.lowerBound != earlier.commit + 1 {
             throw DatabaseError(
                 .misuse,
-                "the changesets given for row changes skip from commit \(earlier.commit) to "
-                    + "\(later.commits.lowerBound): pass every changeset an advance returned, in order")
+                "the changesets given for row changes are not consecutive: commit \(earlier.commit), then "
+                    + "\(later.commits.lowerBound); pass every changeset an advance returned, in order")
         }
         guard last.commit == transaction.commit else {
             throw DatabaseError(
