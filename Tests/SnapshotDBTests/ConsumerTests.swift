@@ -111,6 +111,8 @@ struct ConsumerTests {
             try writer.readWrite { try $0.set(2, forKey: "b", inCollection: "c") }
             #expect(try writer.read { try consumer.pending(in: $0) }.map(\.commit) == [1, 2])
             #expect(try writer.read { try consumer.pending(in: $0, limit: 1) }.map(\.commit) == [1])
+            #expect(try writer.read { try consumer.pending(in: $0, limit: 0) }.isEmpty)
+            expectError(.misuse) { try writer.read { try consumer.pending(in: $0, limit: -1) } }
             let logged = db.commitLogCount
             try writer.readWrite { try consumer.acknowledge(through: 1, in: $0) }
             #expect(db.latestCommit == 2)

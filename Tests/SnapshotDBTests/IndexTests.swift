@@ -368,20 +368,29 @@ struct IndexTests {
         }
     }
 
+    /// Registers ``people`` and a full-text index "articles" of titles, writes one person
+    /// ("ada", of Oslo, 30) and an article per title (by key), and returns the writer.
+    static func peopleAndTitles(_ db: Database, titles: [String: String]) throws -> Connection {
+        try db.register(people)
+        try db.register(
+            FullTextSearch<Article>(
+                name: "articles", version: "1", collections: ["articles"], columns: ["title"],
+                extract: { _, _, article in ["title": article.title] }))
+        let writer = db.newConnection(name: "writer")
+        try writer.readWrite { txn in
+            try txn.set(Person(city: "Oslo", age: 30), forKey: "ada", inCollection: "people")
+            for (key, title) in titles {
+                try txn.set(Article(title: title, body: ""), forKey: key, inCollection: "articles")
+            }
+        }
+        return writer
+    }
+
     /// SQLite reads a negative `LIMIT` as no limit; a negative limit was silently no rows. It is
     /// `misuse` now, for index queries and searches alike.
     @Test func negativeLimitsAreRefused() throws {
         try withTemporaryDatabase { db throws in
-            try db.register(Self.people)
-            let search = FullTextSearch<Article>(
-                name: "articles", version: "1", collections: ["articles"], columns: ["title"],
-                extract: { _, _, article in ["title": article.title] })
-            try db.register(search)
-            let writer = db.newConnection(name: "writer")
-            try writer.readWrite { txn in
-                try txn.set(Person(city: "Oslo", age: 30), forKey: "ada", inCollection: "people")
-                try txn.set(Article(title: "Swift", body: ""), forKey: "a", inCollection: "articles")
-            }
+            let writer = try Self.peopleAndTitles(db, titles: ["a": "Swift"])
             try writer.read { txn throws in
                 let index = try txn.index(named: "people")
                 expectError(.misuse) { try index.keys(where: "age > ?", [0], limit: -1) }
@@ -417,17 +426,7 @@ struct IndexTests {
     /// "urg" and a fragment lost what followed its NUL, unseen. Both are `invalidQuery` now.
     @Test func queriesHoldingNULAreRefused() throws {
         try withTemporaryDatabase { db throws in
-            try db.register(Self.people)
-            let search = FullTextSearch<Article>(
-                name: "articles", version: "1", collections: ["articles"], columns: ["title"],
-                extract: { _, _, article in ["title": article.title] })
-            try db.register(search)
-            let writer = db.newConnection(name: "writer")
-            try writer.readWrite { txn in
-                try txn.set(Person(city: "Oslo", age: 30), forKey: "ada", inCollection: "people")
-                try txn.set(Article(title: "urgent", body: ""), forKey: "a", inCollection: "articles")
-                try txn.set(Article(title: "urg", body: ""), forKey: "b", inCollection: "articles")
-            }
+            let writer = try Self.peopleAndTitles(db, titles: ["a": "urgent", "b": "urg"])
             try writer.read { txn throws in
                 let index = try txn.index(named: "people")
                 expectError(.invalidQuery) { try index.keys(where: "age > ?\u{0} OR 1", [40]) }

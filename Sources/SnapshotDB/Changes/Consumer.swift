@@ -53,12 +53,16 @@ public final class Consumer: Sendable {
     /// The changesets after the consumer's position up to `transaction`'s commit, at most
     /// `limit` of them, oldest first.
     ///
-    /// - Throws: ``DatabaseError/Code/consumerExpired``; what
+    /// - Throws: ``DatabaseError/Code/consumerExpired``; `misuse` for a negative `limit`; what
     ///   ``ReadTransaction/changes(after:)-(UInt64)`` throws.
     public func pending(in transaction: ReadTransaction, limit: Int = .max) throws(DatabaseError)
         -> [Changeset]
     {
-        try transaction.changes(after: try position(in: transaction), limit: max(0, limit))
+        // As index queries and searches: a negative count is the caller's mistake, not "none".
+        guard limit >= 0 else {
+            throw DatabaseError(.misuse, "a consumer's limit must not be negative (\(limit))")
+        }
+        return try transaction.changes(after: try position(in: transaction), limit: limit)
     }
 
     /// Moves the consumer's position to `commit`, as part of `transaction`: committed with the
@@ -146,6 +150,7 @@ public final class Consumer: Sendable {
     /// A batch whose transaction failed is not given again by the same sequence, which has moved
     /// past it (so that a loop may acknowledge several batches at once): let the error end the
     /// loop, or make a new sequence, which starts from the consumer's acknowledged position.
+    /// A `limit` below 1 reads as 1 (a batch holds at least one changeset).
     public func batches(on connection: Connection, limit: Int = 100) -> ConsumerBatches {
         ConsumerBatches(consumer: self, database: database, connection: connection, limit: max(1, limit))
     }
