@@ -105,6 +105,12 @@ struct StressReport: Codable, Sendable {
                 "litestream",
                 "\(litestream.stops) stops, \(litestream.kills) kills, \(litestream.probeCommits.count) restores "
                     + "checked during the run; \(final)")
+            if let first = litestream.tornRestores.first {
+                add(
+                    "",
+                    "\(litestream.tornRestores.count) restores failed integrity_check (Litestream's replica, "
+                        + "not the database; see the README): \(first.prefix(200))")
+            }
         }
         add("integrity", "checked with \(integrityChecker)")
         add("violations", violationCount == 0 ? "none" : "\(violationCount):")
