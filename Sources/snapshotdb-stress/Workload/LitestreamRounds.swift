@@ -40,8 +40,10 @@ struct LitestreamReport: Codable, Sendable {
 /// #1164 and #1309), and a run on 2026-11-26 saw three restores in a row fail it ("row not in
 /// PRIMARY KEY order") in the second after the workload ended, while the database passed it
 /// and the next restore held the last commit and passed. The damage is in Litestream's
-/// replica, which SnapshotDB does not write; the README tells users to restore with
-/// `-integrity-check`. Every other check of such a restore still counts.
+/// replica, which SnapshotDB does not write (whether something SnapshotDB does provokes it is
+/// not settled: a plain SQLite writer under the same stops and restores showed none in 200
+/// restores); the README tells users to restore with `-integrity-check`, and the report
+/// prints each such restore. Every other check of such a restore still counts.
 ///
 /// `@unchecked Sendable` is sound because one thread at a time uses it: the rounds' worker
 /// thread while the workload runs, then the main thread, after joining that worker.
