@@ -41,7 +41,7 @@ struct LitestreamReport: Codable, Sendable {
 /// PRIMARY KEY order") in the second after the workload ended, while the database passed it
 /// and the next restore held the last commit and passed. The damage is in Litestream's
 /// replica, which SnapshotDB does not write (whether something SnapshotDB does provokes it is
-/// not settled: a plain SQLite writer under the same stops and restores showed none in 200
+/// not settled: a plain SQLite writer under similar stops and restores showed none in 570
 /// restores); the README tells users to restore with `-integrity-check`, and the report
 /// prints each such restore. Every other check of such a restore still counts.
 ///
