@@ -98,9 +98,6 @@ struct RunCommand: ParsableCommand {
                 outcome.crash.rounds > 0 && outcome.crash.acknowledgedCommits > 0,
                 "the crash rounds verified no acknowledged commit (\(outcome.crash.rounds) rounds)")
         }
-        // No violation when no restore was checked during the run: Litestream's first snapshot
-        // may not be ready before a short run ends (see `LitestreamRounds.run()`); the report
-        // shows the count, and the final restore is always required.
         let report = StressReport(
             seed: seed, directory: directory, durationSeconds: duration,
             elapsedSeconds: outcome.elapsedSeconds,
