@@ -385,6 +385,61 @@ struct CheckpointTests {
         }
     }
 
+    static let largeCommitsChildKey = "SNAPSHOTDB_LARGE_COMMITS_CHILD"
+
+    /// The child of ``aLaggardIsNamedWhileOnlyAnotherProcessWrites()``: opens the database with
+    /// the default configuration and commits large values.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[largeCommitsChildKey] != nil))
+    func childWritesLargeCommits() throws {
+        let parts = try #require(ProcessInfo.processInfo.environment[Self.largeCommitsChildKey])
+            .split(separator: "|")
+        let db = try Database(path: String(parts[0]))
+        let writer = db.newConnection(name: "child-writer")
+        try writeCommits(writer, count: Int(parts[1])!, valuesPerCommit: 4, valueBytes: 3_000, offset: 1_000)
+        reportResult("latest", "\(db.latestCommit)")
+    }
+
+    /// Timeline: this process commits twice and bookmarks `laggard` | another process commits 40
+    /// large commits (about 2 MiB of WAL) | this process only reads, once. The read learns where
+    /// the other process's newest commit ends in the WAL: the laggard's pin is every frame after
+    /// its snapshot, a checkpoint is due, and the monitor names the laggard, although this
+    /// process's own commits never passed the threshold.
+    @Test func aLaggardIsNamedWhileOnlyAnotherProcessWrites() throws {
+        let logs = LogCapture()
+        try withTemporaryDatabase(configuration: Self.smallConfiguration(logs: logs)) { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writeCommits(writer, count: 2, valuesPerCommit: 1, valueBytes: 20)
+            let laggard = db.newConnection(name: "laggard")
+            try laggard.beginLongLivedReadTransaction()
+            let atBookmark = db.checkpointStatus().walFrames
+            let bookmarkCommit = db.latestCommit
+
+            let child = try runChildTest(
+                "childWritesLargeCommits", environmentKey: Self.largeCommitsChildKey, path: "\(db.path)|40")
+            #expect(child.terminationStatus == 0, "\(child.output)")
+            #expect(child.results["latest"] == "\(bookmarkCommit + 40)")
+            #expect(
+                db.checkpointStatus().walFrames == atBookmark,
+                "nothing of this process has seen the commits yet")
+
+            _ = try writer.read { try $0.count(inCollection: "items") }
+            db.waitForCheckpoints()
+            let status = db.checkpointStatus()
+            #expect(status.latestCommit == bookmarkCommit + 40)
+            #expect(status.walFrames > atBookmark + 400, "about 13 frames a commit")
+            let pin = try #require(status.laggingSnapshots.first)
+            #expect(pin.connectionName == "laggard")
+            #expect(pin.commitsBehind == 40)
+            #expect(pin.pinnedBytes == Int64(status.walFrames - atBookmark) * Int64(status.pageSize + 24))
+            #expect(status.isStalled)
+            let warnings = logs.messages(at: .warning)
+            #expect(warnings.count == 1)
+            #expect(
+                warnings.first?.contains(
+                    "pinned by connection 'laggard' (bookmark at commit \(bookmarkCommit)") == true)
+        }
+    }
+
     /// Commits learn the WAL's generation from the WAL-index header, the database at open from
     /// the `-wal` file: both must name it with the same bytes, or a reopened database would
     /// take its first commit for a restart.

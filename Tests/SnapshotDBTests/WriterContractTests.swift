@@ -366,6 +366,51 @@ struct WALProgressTests {
         #expect(wal.nextCheckpointFrames == .max)
     }
 
+    /// Commits of other processes arrive from the headers of the snapshots that read them, in
+    /// any order with this process's own: each is taken once, and only when newer than every
+    /// commit taken.
+    @Test func commitsSeenInSnapshotsMoveTheWALOnlyForward() {
+        var wal = WALProgress(threshold: 10)
+        wal.start(latestCommit: 3, frames: 4, checkpointed: 0, generation: 7)
+        // Commits 4 to 6 by another process, seen at 6: the bookmark at 3 pins what they wrote.
+        #expect(wal.recordSnapshot(6, frames: WALCommitFrames(endFrame: 9, generation: 7)) == .init())
+        #expect(wal.walFrames == 9)
+        #expect(wal.pinnedFrames(bySnapshot: 3, latest: 6) == 5)
+        #expect(wal.pinnedFrames(bySnapshot: 6, latest: 6) == 0)
+        // A slower reader's snapshot at 5, older, with the same generation: ignored.
+        #expect(wal.recordSnapshot(5, frames: WALCommitFrames(endFrame: 7, generation: 7)) == .init())
+        #expect(wal.walFrames == 9)
+        #expect(wal.pinnedFrames(bySnapshot: 5, latest: 6) == 5, "5 is not mapped: it pins from 3's end")
+        // This process's own commit 6, reported after a reader saw it: nothing new; it is still
+        // this process's newest commit.
+        #expect(wal.recordCommit(6, frames: WALCommitFrames(endFrame: 9, generation: 7)) == .init())
+        #expect(wal.lastLocalCommit == 6)
+        // Past the threshold: due, whoever wrote it.
+        let due = wal.recordSnapshot(8, frames: WALCommitFrames(endFrame: 15, generation: 7))
+        #expect(due == .init(restarted: false, checkpointDue: true))
+        // Another process restarted the WAL: every snapshot before the seen commit pins all of it.
+        let restarted = wal.recordSnapshot(9, frames: WALCommitFrames(endFrame: 2, generation: 8))
+        #expect(restarted.restarted)
+        #expect(wal.walFrames == 2)
+        #expect(wal.pinnedFrames(bySnapshot: 3, latest: 9) == 2)
+        // A snapshot of the old generation seen late changes nothing.
+        #expect(wal.recordSnapshot(8, frames: WALCommitFrames(endFrame: 15, generation: 7)) == .init())
+        #expect(wal.generationCount == 1)
+    }
+
+    /// A checkpoint that saw more of the WAL than the commits taken so far: a commit seen later
+    /// that ends before that never makes the WAL look smaller.
+    @Test func aCheckpointSeesFramesOfCommitsNotSeenYet() {
+        var wal = WALProgress(threshold: 10)
+        wal.start(latestCommit: 3, frames: 4, checkpointed: 0, generation: 7)
+        wal.absorb(
+            CheckpointResult(mode: .passive, walFrames: 20, checkpointedFrames: 20, isComplete: true),
+            generationBefore: wal.generationCount)
+        #expect(wal.recordSnapshot(5, frames: WALCommitFrames(endFrame: 12, generation: 7)) == .init())
+        #expect(wal.walFrames == 20)
+        #expect(wal.pinnedFrames(bySnapshot: 5, latest: 7) == 8)
+    }
+
     @Test func aResetStartsTheWALOver() {
         var wal = WALProgress(threshold: 10)
         _ = wal.recordCommit(5, frames: WALCommitFrames(endFrame: 20, generation: 7))

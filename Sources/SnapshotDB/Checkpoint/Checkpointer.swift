@@ -3,6 +3,8 @@ internal import Foundation
 internal import Logging
 internal import SnapshotDBLocking
 
+internal import struct Synchronization.Atomic
+
 /// Runs the database's checkpoints on its own SQLite handle, off the committing threads, and
 /// keeps the facts the checkpoint monitor reports.
 ///
@@ -61,6 +63,8 @@ final class Checkpointer: Sendable {
     /// waits for.
     private let pending = DispatchGroup()
     let state: Mutex<State>
+    /// A commit seen in a snapshot made a checkpoint due; it is queued once published.
+    private let dueOncePublished = Atomic<Bool>(false)
     /// The checkpoint handle: the database's setup handle, used only on `queue`.
     let checkpointHandle: QueueConfinedHandle
     let walGeneration: WALGenerationReader
@@ -162,6 +166,33 @@ final class Checkpointer: Sendable {
         }
         if let frames { metrics.recordWALBytes(walBytes(frames: frames.endFrame)) }
         if shouldRequest { requestCheckpoint() }
+    }
+
+    /// Called when a transaction of this process read the commit counter of its snapshot,
+    /// `commit`, whose WAL-index header says where it ends in the WAL: how the commits of other
+    /// processes reach the monitor. A process whose own writers wait while others write (or
+    /// that only reads) still sees its bookmarks' pins grow, and checkpoints when the WAL
+    /// passes the threshold, which is when the monitor warns.
+    ///
+    /// A checkpoint this makes due is queued by ``commitsPublished()``, once the transaction
+    /// published the commit: the monitor must not judge the bookmarks against an older newest
+    /// commit (a bookmark at the last published commit would seem to lag behind nothing).
+    func didSeeCommit(_ commit: UInt64, frames: WALCommitFrames) {
+        let shouldRequest = state.withLock { state in
+            let outcome = state.wal.recordSnapshot(commit, frames: frames)
+            let monitorWaits = state.monitor.announcedStall || state.monitor.lastWarning != nil
+            return outcome.checkpointDue || (outcome.restarted && monitorWaits)
+        }
+        if shouldRequest { dueOncePublished.store(true, ordering: .releasing) }
+    }
+
+    /// Called after every publication of commits: queues the checkpoint a commit seen in a
+    /// snapshot made due (see ``didSeeCommit(_:frames:)``).
+    func commitsPublished() {
+        guard dueOncePublished.load(ordering: .relaxed),
+            dueOncePublished.exchange(false, ordering: .acquiring)
+        else { return }
+        requestCheckpoint()
     }
 
     /// Called when a connection ends or advances a snapshot (or closes with a bookmark): if

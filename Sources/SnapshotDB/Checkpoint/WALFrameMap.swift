@@ -53,6 +53,9 @@ struct WALFrameMap: Equatable {
         if keepFrom > 0 { entries.removeFirst(keepFrom) }
     }
 
+    /// The newest commit mapped; `nil` before the first `reset`.
+    var lastCommit: UInt64? { entries.last?.commit }
+
     /// How many commits are mapped (for tests).
     var count: Int { entries.count }
 }

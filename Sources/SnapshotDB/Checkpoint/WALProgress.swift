@@ -2,10 +2,18 @@
 /// generation, and where each commit ends in it. A plain value with no I/O, so that its rules
 /// are tested without SQLite; the checkpointer keeps it under its lock.
 ///
-/// Facts arrive from three places: the writer after each commit (``recordCommit(_:frames:)``),
-/// checkpoints that did not reset the WAL (``absorb(_:generationBefore:)``) and resets
-/// (``absorbReset(latestCommit:generationBefore:)``). A checkpoint's result is only taken in
-/// when no restart of the WAL happened while it ran: ``generationCount`` counts restarts.
+/// Facts arrive from four places: the writer after each commit (``recordCommit(_:frames:)``),
+/// transactions that read a commit's WAL-index header, which is how commits of other processes
+/// arrive (``recordSnapshot(_:frames:)``), checkpoints that did not reset the WAL
+/// (``absorb(_:generationBefore:)``) and resets (``absorbReset(latestCommit:generationBefore:)``).
+/// A checkpoint's result is only taken in when no restart of the WAL happened while it ran:
+/// ``generationCount`` counts restarts.
+///
+/// Commits are taken in commit order, each once: a commit at or below the newest one mapped is
+/// ignored (a transaction of this process saw it, or a later one, first). Without the commits of
+/// other processes, a process whose own writers wait while other processes write would see a
+/// WAL frozen at its last commit: a bookmark behind would seem to pin nothing, and no
+/// checkpoint would be due.
 struct WALProgress: Equatable {
     /// The WAL size, in frames, between automatic checkpoints.
     let threshold: Int
@@ -46,6 +54,20 @@ struct WALProgress: Equatable {
     mutating func recordCommit(_ commit: UInt64, frames: WALCommitFrames?) -> CommitOutcome {
         lastLocalCommit = max(lastLocalCommit, commit)
         guard let frames else { return CommitOutcome() }
+        return take(commit, frames: frames)
+    }
+
+    /// Takes in a commit, of this process or another, seen by a transaction whose snapshot it
+    /// is: `frames` are its WAL-index header's frame count and salts, which are the commit's
+    /// end frame and generation.
+    mutating func recordSnapshot(_ commit: UInt64, frames: WALCommitFrames) -> CommitOutcome {
+        take(commit, frames: frames)
+    }
+
+    private mutating func take(_ commit: UInt64, frames: WALCommitFrames) -> CommitOutcome {
+        // Seen already, or older than a commit seen: its header says nothing newer (and an older
+        // generation's would look like a restart).
+        if let last = frameMap.lastCommit, commit <= last { return CommitOutcome() }
         var outcome = CommitOutcome()
         if let new = frames.generation, let known = generation {
             outcome.restarted = new != known
@@ -59,7 +81,8 @@ struct WALProgress: Equatable {
             frameMap.reset(commit: commit &- 1, endFrame: 0)
         }
         if let new = frames.generation { generation = new }
-        walFrames = frames.endFrame
+        // (A checkpoint may have seen the WAL larger: commits of other processes not seen yet.)
+        walFrames = outcome.restarted ? frames.endFrame : max(walFrames, frames.endFrame)
         frameMap.record(commit: commit, endFrame: frames.endFrame)
         outcome.checkpointDue = frames.endFrame >= nextCheckpointFrames
         return outcome

@@ -63,6 +63,8 @@ extension Database {
     /// connection (a bookmark not yet given them), which the log keeps however many there are.
     /// Others would be trimmed at once.
     func publishCommits(through commit: UInt64, reading handle: SQLiteHandle? = nil) {
+        // (Deferred: runs once this publication is done, whichever way it returns.)
+        defer { checkpointer.commitsPublished() }
         let published = commitLog.publishedCommit.load(ordering: .acquiring)
         guard commit > published else { return }
         var loaded: [History.Entry] = []

@@ -515,7 +515,11 @@ extension Database {
             state.unsealed = max(state.unsealed, 1)
             state.isAnotherHistory = true
         }
-        if state.unsealed == 0, let header { learnCommit(state.commit, at: header) }
+        if state.unsealed == 0, let header {
+            learnCommit(state.commit, at: header)
+            // (A replica's frames are its VFS's, not a WAL this process checkpoints.)
+            if replica == nil { checkpointer.didSeeCommit(state.commit, frames: header.commitFrames) }
+        }
         return state
     }
 }

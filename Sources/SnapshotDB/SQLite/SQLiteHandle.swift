@@ -276,6 +276,17 @@ struct WALIndexHeader: Equatable, Sendable {
     /// SQLite's change counter: one more on every commit, unchanged by anything else.
     var change: UInt32 { withUnsafePointer(to: raw) { snapshotdb_wal_index_change($0) } }
 
+    /// Where the snapshot's commit ends in the WAL: the header's frame count (`mxFrame`, bytes
+    /// 16..<20, native byte order) and the WAL's salts (bytes 32..<40, as the `-wal` file holds
+    /// them).
+    var commitFrames: WALCommitFrames {
+        withUnsafeBytes(of: raw.bytes) { bytes in
+            WALCommitFrames(
+                endFrame: Int(bytes.loadUnaligned(fromByteOffset: 16, as: UInt32.self)),
+                generation: bytes.loadUnaligned(fromByteOffset: 32, as: UInt64.self))
+        }
+    }
+
     static func == (lhs: Self, rhs: Self) -> Bool {
         withUnsafePointer(to: lhs.raw) { left in
             withUnsafePointer(to: rhs.raw) { right in snapshotdb_wal_index_headers_equal(left, right) != 0 }
