@@ -98,6 +98,7 @@ extension Database {
         }
         finishSubscribers()
         checkpointer.close()
+        writerTurns.close()
         OpenFiles.release(path)
     }
 

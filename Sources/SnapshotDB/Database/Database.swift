@@ -49,6 +49,8 @@ public final class Database: Sendable {
 
     /// The single writer: every commit of this process is made there (see ``Writer``).
     let writer = Writer()
+    /// Turns for the writers of this and other processes (see ``WriterTurns``).
+    let writerTurns: WriterTurns
     /// Faults injected by tests (debug builds only).
     let faults = FaultInjector()
     /// Connections, codecs and extensions.
@@ -230,6 +232,9 @@ public final class Database: Sendable {
             retention: configuration.commitLogRetention,
             retentionBytes: configuration.commitLogRetentionBytes,
             keepingTokens: replica != nil)
+        self.writerTurns = WriterTurns(
+            walPath: path + "-wal", enabled: configuration.writerTurns && replica == nil)
+        writer.lock.setIdleHandler { [writerTurns] in writerTurns.releaseCarried() }
         self.checkpointer = Checkpointer(
             path: path, configuration: configuration, pageSize: opened.pageSize, handle: opened.setup,
             replicator: opened.checkpointing.replicator, hasWAL: replica == nil)
@@ -241,6 +246,7 @@ public final class Database: Sendable {
 
     deinit {
         foreignCommitWatcher.stop()
+        writerTurns.close()
         guard !isClosed else { return }
         finishSubscribers()
         checkpointer.close()

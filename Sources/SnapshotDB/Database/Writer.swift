@@ -60,7 +60,16 @@ final class Writer: Sendable {
         let handle = try connection.handle()
         lock.lock()
         defer { lock.unlock() }
-        let start = try begin(handle, database: database)
+        // Writers of other processes take turns with this one (``WriterTurns``).
+        let turns = database.writerTurns
+        let busyTimeout = database.configuration.busyTimeout
+        let waitStarted = ContinuousClock.now
+        let turn =
+            turns.takeCarried()
+            ? .held
+            : turns.acquireIfOthersWrite(headerChange: handle.walIndexHeader()?.change, within: busyTimeout)
+        defer { if turn == .held { turns.finish(othersOfThisProcessWait: lock.hasWaitingWriters) } }
+        let start = try begin(handle, database: database, after: turn, waitingSince: waitStarted)
         let upkeep: ExtensionUpkeep
         do {
             upkeep = try database.extensionUpkeep(on: handle)
@@ -159,6 +168,29 @@ final class Writer: Sendable {
                 "\(message)", metadata: ["stale_extensions": "\(names.joined(separator: ","))"])
         }
         return result
+    }
+
+    /// ``begin(_:database:)`` after waiting for a turn since `waitingSince`: SQLite's busy
+    /// handler gets what is left of the busy timeout (nothing after a turn that timed out).
+    private func begin(
+        _ handle: SQLiteHandle, database: Database, after turn: WriterTurns.Outcome,
+        waitingSince: ContinuousClock.Instant
+    ) throws(DatabaseError) -> UInt64 {
+        let configured = database.configuration.busyTimeout
+        let waited = ContinuousClock.now - waitingSince
+        switch turn {
+        case .timedOut:
+            return try handle.withBusyTimeout(.zero, restoring: configured) { () throws(DatabaseError) in
+                try begin(handle, database: database)
+            }
+        case .held where waited > .milliseconds(1) && configured > .zero:
+            let left = max(.zero, configured - waited)
+            return try handle.withBusyTimeout(left, restoring: configured) { () throws(DatabaseError) in
+                try begin(handle, database: database)
+            }
+        case .held, .unavailable:
+            return try begin(handle, database: database)
+        }
     }
 
     /// `BEGIN IMMEDIATE` on `handle` (the caller holds ``lock``), sealing foreign writes first;
@@ -449,6 +481,9 @@ final class Writer: Sendable {
         if let before, let after = handle.walIndexHeader(), after.change == before.change &+ 1 {
             database.learnCommit(commit, at: after)
         }
+        // This commit's change counter (the header could not change before COMMIT): a writer
+        // that finds another one has seen a commit of another process since.
+        if let before { database.writerTurns.didCommit(change: before.change &+ 1) }
         connection?.didCommit(changeset)
         database.didCommit(commit, frames: handle.takeCommitFrames())
     }

@@ -18,8 +18,8 @@ internal import Foundation
 /// through another connection (`a.readWrite { b.readWrite { } }`) is refused as misuse
 /// instead of waiting for itself forever.
 ///
-/// `@unchecked Sendable`: `isHeld`, `owner`, `priorityWaiters`, `waitingWriters` and
-/// `testWaiters` are only read and written with `condition` locked.
+/// `@unchecked Sendable`: `isHeld`, `owner`, `priorityWaiters`, `waitingWriters`,
+/// `testWaiters` and `idleHandler` are only read and written with `condition` locked.
 final class WriterLock: @unchecked Sendable {
     private let condition = NSCondition()
     private var isHeld = false
@@ -66,13 +66,33 @@ final class WriterLock: @unchecked Sendable {
         return true
     }
 
-    /// Releases the lock and wakes its waiters.
+    /// Releases the lock and wakes its waiters; runs the idle handler when no one waits for it.
     func unlock() {
         condition.lock()
         isHeld = false
         owner = nil
+        let idle = waitingWriters == 0 && priorityWaiters == 0 ? idleHandler : nil
         condition.broadcast()
         condition.unlock()
+        idle?()
+    }
+
+    /// Run by ``unlock()`` when no writer or priority request waits: the writer gives back a
+    /// turn it kept for the next writer of this process (``WriterTurns``).
+    private var idleHandler: (@Sendable () -> Void)?
+
+    /// Sets the idle handler; call once, before the lock is used.
+    func setIdleHandler(_ handler: @escaping @Sendable () -> Void) {
+        condition.lock()
+        idleHandler = handler
+        condition.unlock()
+    }
+
+    /// Whether writers wait in ``lock()``.
+    var hasWaitingWriters: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return waitingWriters > 0
     }
 
     /// Takes the lock ahead of waiting writers, waiting at most until `deadline` for the

@@ -1,0 +1,202 @@
+import Foundation
+import SnapshotDBLocking
+import SnapshotDBTestSupport
+import Testing
+
+import struct Synchronization.Atomic
+
+@testable import SnapshotDB
+
+/// The writers' turns across processes (``WriterTurns``): real processes, real file locks.
+@Suite("Writers' turns across processes", .hangLimit)
+struct WriterTurnsTests {
+    static let childKey = "SNAPSHOTDB_TURNS_CHILD"
+
+    /// The child of the turn tests: takes and gives back turns on the file named by its
+    /// environment, as its standard input says, and answers each command with one line.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[childKey] != nil))
+    func childTakesTurnsOnCommand() throws {
+        let turns = WriterTurns(walPath: try #require(ProcessInfo.processInfo.environment[Self.childKey]))
+        func answer(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+        while let command = readLine() {
+            switch command {
+            case "acquire":
+                answer(turns.acquire(within: .seconds(30)) == .held ? "held" : "not held")
+            case "release and acquire":
+                turns.finish(othersOfThisProcessWait: false)
+                answer(turns.acquire(within: .seconds(30)) == .held ? "held again" : "not held")
+            case "release":
+                turns.finish(othersOfThisProcessWait: false)
+                answer("released")
+            default:
+                return
+            }
+        }
+    }
+
+    /// A file standing in for a `-wal` (SQLite takes no lock in it; the turns never create it).
+    static func walStandIn(in directory: URL) throws -> String {
+        let path = directory.appendingPathComponent("turns-wal").path
+        #expect(FileManager.default.createFile(atPath: path, contents: Data()))
+        return path
+    }
+
+    /// Timeline: the child holds the turn | this process waits for it and marks itself waiting
+    /// | the child gives the turn back and asks for it again at once | this process gets it
+    /// first; the child gets it only once this process gives it back. Without the waiting
+    /// mark, the child (already running) would take the turn back before the woken waiter.
+    @Test func aProcessThatJustHadTheTurnLetsAWaitingProcessGoFirst() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = try Self.walStandIn(in: directory)
+            let child = try startChildTest(
+                "childTakesTurnsOnCommand", environmentKey: Self.childKey, value: path)
+            try child.send("acquire")
+            #expect(try child.readLine() == "held")
+
+            let turns = WriterTurns(walPath: path, patience: .zero)
+            let marked = DispatchSemaphore(value: 0)
+            turns.whenMarked.withLock { $0 = { marked.signal() } }
+            let outcome = Mutex<WriterTurns.Outcome?>(nil)
+            let acquired = DispatchSemaphore(value: 0)
+            Thread {
+                let result = turns.acquire(within: .seconds(10))
+                outcome.withLock { $0 = result }
+                acquired.signal()
+            }.start()
+            try #require(marked.wait(timeout: .now() + 30) == .success, "this process marked itself waiting")
+
+            try child.send("release and acquire")
+            try #require(acquired.wait(timeout: .now() + 30) == .success)
+            #expect(outcome.withLock { $0 } == .held, "the waiting process went first")
+            turns.finish(othersOfThisProcessWait: false)
+            #expect(try child.readLine() == "held again", "the child had its turn next")
+            try child.send("release")
+            #expect(try child.readLine() == "released")
+            try child.send("quit")
+            #expect(child.finish() == 0)
+        }
+    }
+
+    /// A turn another process holds past the deadline is given up (``WriterTurns/Outcome/timedOut``),
+    /// and the abandoned wait does not keep the turn once the other process lets it go: the
+    /// child takes it again at once.
+    @Test func aTurnHeldPastTheDeadlineTimesOutAndIsNotKept() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = try Self.walStandIn(in: directory)
+            let child = try startChildTest(
+                "childTakesTurnsOnCommand", environmentKey: Self.childKey, value: path)
+            try child.send("acquire")
+            #expect(try child.readLine() == "held")
+            let turns = WriterTurns(walPath: path, patience: .zero)
+            #expect(turns.acquire(within: .milliseconds(50)) == .timedOut)
+            #expect(turns.acquire(within: .zero) == .unavailable, "the abandoned wait is still out")
+            // The child gives the turn back and takes it again: the abandoned wait may get it
+            // in between, and must let it go.
+            try child.send("release and acquire")
+            #expect(try child.readLine() == "held again")
+            try child.send("release")
+            #expect(try child.readLine() == "released")
+            try child.send("quit")
+            #expect(child.finish() == 0)
+        }
+    }
+
+    /// The policy: a writer that knows nothing takes a turn; one whose process made the last
+    /// commit takes none, and looks for other processes' writers once in 16 transactions; one
+    /// that finds the header's change counter moved (another process committed) takes one.
+    @Test func turnsAreTakenOnlyOnEvidenceOfAnotherWriter() throws {
+        try withTemporaryDirectory { directory throws in
+            let turns = WriterTurns(walPath: try Self.walStandIn(in: directory))
+            #expect(turns.acquireIfOthersWrite(headerChange: nil, within: .seconds(1)) == .held)
+            turns.finish(othersOfThisProcessWait: false)
+            turns.didCommit(change: 7)
+            for _ in 0..<WriterTurns.lookEvery {
+                #expect(turns.acquireIfOthersWrite(headerChange: 7, within: .seconds(1)) == .unavailable)
+            }
+            #expect(turns.turnsTaken.load(ordering: .relaxed) == 1)
+            #expect(turns.acquireIfOthersWrite(headerChange: 9, within: .seconds(1)) == .held)
+            turns.finish(othersOfThisProcessWait: false)
+            #expect(turns.turnsTaken.load(ordering: .relaxed) == 2)
+        }
+    }
+
+    /// A turn kept for this process's next writer while it queues is given back when the
+    /// writer lock goes idle instead (another process would otherwise wait for it forever).
+    @Test func aKeptTurnIsGivenBackWhenNoWriterComes() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = try Self.walStandIn(in: directory)
+            let turns = WriterTurns(walPath: path)
+            #expect(turns.acquire(within: .seconds(1)) == .held)
+            turns.finish(othersOfThisProcessWait: true)
+            let other = WriterTurns(walPath: path)
+            #expect(other.acquire(within: .zero) == .timedOut, "kept for the next writer")
+            turns.releaseCarried()
+            #expect(other.acquire(within: .zero) == .held)
+            #expect(!turns.takeCarried())
+        }
+    }
+
+    /// A process that writes alone takes a turn for its first write only: its own commits, and
+    /// the checkpoints that restart the WAL, never look like another writer.
+    @Test func aProcessThatWritesAloneTakesNoTurns() throws {
+        try withTemporaryDatabase(configuration: CheckpointTests.smallConfiguration()) { db throws in
+            let writer = db.newConnection(name: "writer")
+            let generations = db.checkpointer.state.withLock { $0.wal.generationCount }
+            try writeCommits(writer, count: 300)
+            db.waitForCheckpoints()
+            #expect(
+                db.checkpointer.state.withLock { $0.wal.generationCount } > generations + 3, "WAL restarts")
+            #expect(db.writerTurns.turnsTaken.load(ordering: .relaxed) == 1)
+        }
+    }
+
+    /// `writerTurns = false`: no turn is ever taken, not even for the first write.
+    @Test func turnsCanBeTurnedOff() throws {
+        var configuration = Configuration()
+        configuration.writerTurns = false
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            try writeCommits(db.newConnection(name: "writer"), count: 3)
+            #expect(db.latestCommit == 3)
+            #expect(db.writerTurns.turnsTaken.load(ordering: .relaxed) == 0)
+        }
+    }
+
+    static let writerChildKey = "SNAPSHOTDB_TURNS_WRITER_CHILD"
+
+    /// The child of ``aWriterOfAnotherProcessInItsTurnMakesAWriteBusyAfterTheTimeout()``: opens
+    /// the database, and holds a write transaction open until its standard input says go.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[writerChildKey] != nil))
+    func childHoldsAWriteTransaction() throws {
+        let db = try Database(path: try #require(ProcessInfo.processInfo.environment[Self.writerChildKey]))
+        try db.newConnection(name: "child-writer").readWrite { txn in
+            try txn.set(Item(title: "child"), forKey: "child", inCollection: "c")
+            FileHandle.standardOutput.write(Data("in transaction\n".utf8))
+            _ = readLine()
+        }
+        FileHandle.standardOutput.write(Data("committed\n".utf8))
+    }
+
+    /// Another SnapshotDB process in a write transaction holds its turn: a write here waits for
+    /// the turn no longer than the busy timeout, fails with `busy` having changed nothing, and
+    /// succeeds once the other process committed.
+    @Test func aWriterOfAnotherProcessInItsTurnMakesAWriteBusyAfterTheTimeout() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = directory.appendingPathComponent("turns.sqlite").path
+            try BusyTests.makeDatabase(at: path)
+            let db = try Database(path: path, configuration: BusyTests.shortTimeout)
+            let writer = db.newConnection(name: "writer")
+            let child = try startChildTest(
+                "childHoldsAWriteTransaction", environmentKey: Self.writerChildKey, value: path)
+            #expect(try child.readLine() == "in transaction")
+            BusyTests.expectBusyWrite(writer)
+            #expect(db.latestCommit == 3)
+            try child.send("go")
+            #expect(try child.readLine() == "committed")
+            #expect(child.finish() == 0)
+            try writer.readWrite { try $0.set(Item(title: "after"), forKey: "after", inCollection: "c") }
+            #expect(db.latestCommit == 5)
+            #expect(
+                try writer.read { try $0.keys(inCollection: "c") } == BusyTests.keptKeys + ["after", "child"])
+        }
+    }
+}
