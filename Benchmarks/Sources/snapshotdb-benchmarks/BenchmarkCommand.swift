@@ -65,6 +65,11 @@ struct BenchmarkCommand: ParsableCommand {
             try runWakeWriter(wakeWriter)
             return
         }
+        // The writer child of rows h-turns and h-share.
+        if let flatOutWriter = ProcessInfo.processInfo.environment[flatOutWriterKey] {
+            try runFlatOutWriter(flatOutWriter)
+            return
+        }
         let suites = try selectedSuites()
         let sizes = quick ? Sizes.quick : Sizes.full
         let rounds = rounds ?? (quick ? 3 : 5)

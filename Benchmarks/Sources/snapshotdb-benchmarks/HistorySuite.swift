@@ -18,6 +18,11 @@ func runHistorySuite(_ context: SuiteContext) throws -> SuiteReport {
                 + "-wal wakes on inotify. The latency is the yield's time minus the commit's date (its history row, "
                 + "stamped just before COMMIT; one clock). h-idle: this process's CPU time (user + system) over "
                 + "2 s with a changes() subscriber and nothing written.",
+            "h-turns: this process commits one row every 10 ms for 4 s while another process (the benchmark "
+                + "binary again) commits one-row transactions without a pause, both with writer turns and both "
+                + "without (SQLite's busy handler alone, which is what GRDB and C get); synchronous FULL, a 60 s "
+                + "busy timeout. h-share: both processes commit without a pause; this process's share of the "
+                + "commits, and the commits per second of both together, with turns against without.",
             "h-after: txn.changes(after: latest − K) with 1, 100 and 10,000 commits after the position in a "
                 + "history of 20,000 one-row commits; per changeset returned. h-bytes: the history's bytes per "
                 + "one-row commit (its info and changes columns plus 48 bytes of row). h-purge: one purge step of "
@@ -44,6 +49,41 @@ func runHistorySuite(_ context: SuiteContext) throws -> SuiteReport {
         row(
             "h-wake", "COMMIT in another process → changes() yield", n: latencies.count,
             ["p50": format(seconds: p50), "p99": format(seconds: p99)], target: ("p99 ≤ 50 ms", p99 <= 0.050))
+    }
+    if context.wants("h-turns") {
+        context.progress("(h-turns) a writer beside a process that writes flat out")
+        let seconds = context.quick ? 2.0 : 4.0
+        let on = try writersBeside(directory: directory, seconds: seconds, turns: true, occasional: true)
+        let off = try writersBeside(directory: directory, seconds: seconds, turns: false, occasional: true)
+        row(
+            "h-turns", "one-row commit every 10 ms beside a writer process that never pauses",
+            n: on.latencies.count,
+            [
+                "SnapshotDB": "p99 \(format(seconds: on.p99)), max \(format(seconds: on.max))",
+                "p50": format(seconds: on.p50), "p99": format(seconds: on.p99),
+                "note":
+                    "without turns (SQLite's busy handler, as GRDB and C): p50 \(format(seconds: off.p50)), "
+                    + "p99 \(format(seconds: off.p99)), max \(format(seconds: off.max)), "
+                    + "\(off.latencies.count) commits; the other process: "
+                    + "\(grouped(Int(on.otherRate)))/s with turns, \(grouped(Int(off.otherRate)))/s without",
+            ], target: ("p99 ≤ 50 ms", on.p99 <= 0.050))
+        let both = try writersBeside(directory: directory, seconds: seconds, turns: true, occasional: false)
+        let bothOff = try writersBeside(
+            directory: directory, seconds: seconds, turns: false, occasional: false)
+        let share = both.ownRate / (both.ownRate + both.otherRate)
+        let shareOff = bothOff.ownRate / (bothOff.ownRate + bothOff.otherRate)
+        let total = both.ownRate + both.otherRate
+        let totalOff = bothOff.ownRate + bothOff.otherRate
+        row(
+            "h-share", "two processes commit one-row transactions flat out", n: both.latencies.count,
+            [
+                "SnapshotDB":
+                    "this process's share \(String(format: "%.0f%%", share * 100)), max \(format(seconds: both.max))",
+                "p50": format(seconds: both.p50), "p99": format(seconds: both.p99),
+                "note":
+                    "without turns: share \(String(format: "%.0f%%", shareOff * 100)), max \(format(seconds: bothOff.max)); "
+                    + "commits per second in all, with turns / without: \(format(ratio: total / totalOff))",
+            ], target: ("share 35–65%", share >= 0.35 && share <= 0.65))
     }
     if context.wants("h-idle") {
         context.progress("(h-idle) CPU while idle with a subscriber")
@@ -161,6 +201,113 @@ func runWakeWriter(_ value: String) throws {
         Thread.sleep(forTimeInterval: 0.02)
     }
     try db.close()
+}
+
+/// The environment variable that makes the benchmark binary a flat-out writer child of
+/// h-turns and h-share ("PATH|SECONDS|TURNS").
+let flatOutWriterKey = "SNAPSHOTDB_BENCH_FLAT_OUT_WRITER"
+
+/// The child of h-turns and h-share: one-row commits without a pause for `SECONDS` after its
+/// first, then prints "commits N seconds S".
+func runFlatOutWriter(_ value: String) throws {
+    let parts = value.split(separator: "|")
+    var configuration = Configuration()
+    configuration.writerTurns = parts[2] == "1"
+    let db = try Database(path: String(parts[0]), configuration: configuration)
+    let writer = db.newConnection(name: "flat-out-writer")
+    let seconds = Double(parts[1]) ?? 2
+    var commits = 0
+    let start = Date()
+    while Date().timeIntervalSince(start) < seconds {
+        try writer.readWrite { txn in
+            try txn.setData(
+                benchmarkPayload(stamp: UInt32(commits)), forKey: benchmarkKey(commits % 100),
+                inCollection: "bench")
+        }
+        commits += 1
+        if commits == 1 { FileHandle.standardOutput.write(Data("started\n".utf8)) }
+    }
+    let elapsed = Date().timeIntervalSince(start)
+    FileHandle.standardOutput.write(Data("commits \(commits) seconds \(elapsed)\n".utf8))
+    try db.close()
+}
+
+/// What one run of h-turns or h-share measured.
+private struct WritersBeside {
+    var latencies: [Double]
+    var ownRate: Double
+    var otherRate: Double
+    var p50: Double { percentile(latencies, 0.5) }
+    var p99: Double { percentile(latencies, 0.99) }
+    var max: Double { latencies.max() ?? .nan }
+}
+
+/// This process commits one-row transactions (every 10 ms when `occasional`, else without a
+/// pause) for `seconds` while a child process commits without a pause, both with writer turns
+/// on or off; returns this process's commit latencies and both commit rates.
+private func writersBeside(directory: URL, seconds: Double, turns: Bool, occasional: Bool) throws
+    -> WritersBeside
+{
+    let path = directory.appendingPathComponent("turns-\(turns)-\(occasional).sqlite").path
+    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+    var configuration = Configuration()
+    configuration.writerTurns = turns
+    configuration.busyTimeout = .seconds(60)
+    let db = try Database(path: path, configuration: configuration)
+    let writer = db.newConnection(name: "writer")
+    try writer.readWrite { try $0.setData(benchmarkPayload(), forKey: "k", inCollection: "bench") }
+    let child = Process()
+    child.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    // The child runs half a second longer on each side of this process's window.
+    child.environment = ProcessInfo.processInfo.environment.merging([
+        flatOutWriterKey: "\(path)|\(seconds + 1)|\(turns ? 1 : 0)"
+    ]) { $1 }
+    let output = Pipe()
+    child.standardOutput = output
+    try child.run()
+    let reader = output.fileHandleForReading
+    var buffered = Data()
+    func line() -> String? {
+        while true {
+            if let newline = buffered.firstIndex(of: UInt8(ascii: "\n")) {
+                defer { buffered.removeSubrange(...newline) }
+                return String(decoding: buffered[..<newline], as: UTF8.self)
+            }
+            let chunk = reader.availableData
+            if chunk.isEmpty { return nil }
+            buffered.append(chunk)
+        }
+    }
+    guard line() == "started" else {
+        throw BenchmarkCheckFailed(description: "h-turns: the writer child did not start")
+    }
+    Thread.sleep(forTimeInterval: 0.5)
+    var latencies: [Double] = []
+    let start = Date()
+    var index = 0
+    while Date().timeIntervalSince(start) < seconds {
+        let began = Date()
+        try writer.readWrite { txn in
+            try txn.setData(
+                benchmarkPayload(stamp: UInt32(index)), forKey: benchmarkKey(index % 100),
+                inCollection: "mine")
+        }
+        latencies.append(Date().timeIntervalSince(began))
+        index += 1
+        if occasional { Thread.sleep(forTimeInterval: 0.01) }
+    }
+    let elapsed = Date().timeIntervalSince(start)
+    let summary = line() ?? ""
+    child.waitUntilExit()
+    let fields = summary.split(separator: " ")
+    guard child.terminationStatus == 0, fields.count == 4, let commits = Double(fields[1]),
+        let childSeconds = Double(fields[3])
+    else {
+        throw BenchmarkCheckFailed(description: "h-turns: the writer child failed: \(summary)")
+    }
+    try db.close()
+    return WritersBeside(
+        latencies: latencies, ownRate: Double(latencies.count) / elapsed, otherRate: commits / childSeconds)
 }
 
 /// Seconds from each commit of a writer process to its yield by `changes()` here.
