@@ -398,6 +398,40 @@ struct WALProgressTests {
         #expect(wal.generationCount == 1)
     }
 
+    /// This process's reset (a RESTART) leaves the WAL-index header as it was until the next
+    /// write: another process's commit first seen then carries the retired salts and the old
+    /// frame count, and ends at frame 0 of the WAL to come, not at that count.
+    @Test func aCommitSeenAfterAResetUnderTheRetiredSaltsIsInTheDatabaseFile() {
+        var wal = WALProgress(threshold: 10)
+        wal.start(latestCommit: 3, frames: 4, checkpointed: 0, generation: 7)
+        _ = wal.recordCommit(5, frames: WALCommitFrames(endFrame: 10, generation: 7))
+        wal.absorbReset(latestCommit: 5, generationBefore: wal.generationCount)
+        // Commits 6 to 8 of another process were copied back by the reset.
+        #expect(wal.recordSnapshot(8, frames: WALCommitFrames(endFrame: 20, generation: 7)) == .init())
+        #expect(wal.walFrames == 0)
+        #expect(wal.pinnedFrames(bySnapshot: 5, latest: 8) == 0)
+        // The next commit writes the new WAL: no restart beyond the reset already counted.
+        let generations = wal.generationCount
+        #expect(wal.recordSnapshot(9, frames: WALCommitFrames(endFrame: 2, generation: 8)) == .init())
+        #expect(wal.generationCount == generations)
+        #expect(wal.walFrames == 2)
+        #expect(wal.pinnedFrames(bySnapshot: 8, latest: 9) == 2)
+    }
+
+    /// `vacuum()` reports its frames under the newest commit: taken in, though mapped already.
+    @Test func aLocalReportUnderTheNewestCommitIsTakenAgain() {
+        var wal = WALProgress(threshold: 10)
+        wal.start(latestCommit: 3, frames: 4, checkpointed: 0, generation: 7)
+        #expect(wal.recordSnapshot(6, frames: WALCommitFrames(endFrame: 8, generation: 7)) == .init())
+        let vacuum = wal.recordCommit(6, frames: WALCommitFrames(endFrame: 30, generation: 7))
+        #expect(vacuum.checkpointDue)
+        #expect(wal.walFrames == 30)
+        #expect(wal.pinnedFrames(bySnapshot: 6, latest: 7) == 22, "a reader from before the vacuum")
+        // A snapshot's header under that commit is not taken again.
+        #expect(wal.recordSnapshot(6, frames: WALCommitFrames(endFrame: 8, generation: 6)) == .init())
+        #expect(wal.generationCount == 0)
+    }
+
     /// A checkpoint that saw more of the WAL than the commits taken so far: a commit seen later
     /// that ends before that never makes the WAL look smaller.
     @Test func aCheckpointSeesFramesOfCommitsNotSeenYet() {

@@ -25,6 +25,8 @@ struct WALProgress: Equatable {
     private(set) var nextCheckpointFrames: Int
     /// The WAL header's salts as last read by a commit; `nil` after a reset.
     private(set) var generation: UInt64?
+    /// The salts of the WAL this process's last reset retired, until a commit names new ones.
+    private(set) var retiredGeneration: UInt64?
     /// Incremented at every WAL reset or restart seen.
     private(set) var generationCount = 0
     /// Where each commit of the current generation ends.
@@ -54,20 +56,32 @@ struct WALProgress: Equatable {
     mutating func recordCommit(_ commit: UInt64, frames: WALCommitFrames?) -> CommitOutcome {
         lastLocalCommit = max(lastLocalCommit, commit)
         guard let frames else { return CommitOutcome() }
-        return take(commit, frames: frames)
+        // (Again for the newest commit mapped: `vacuum()` reports its frames under it.)
+        return take(commit, frames: frames, takingTheLastAgain: true)
     }
 
     /// Takes in a commit, of this process or another, seen by a transaction whose snapshot it
     /// is: `frames` are its WAL-index header's frame count and salts, which are the commit's
     /// end frame and generation.
     mutating func recordSnapshot(_ commit: UInt64, frames: WALCommitFrames) -> CommitOutcome {
-        take(commit, frames: frames)
+        take(commit, frames: frames, takingTheLastAgain: false)
     }
 
-    private mutating func take(_ commit: UInt64, frames: WALCommitFrames) -> CommitOutcome {
+    private mutating func take(_ commit: UInt64, frames: WALCommitFrames, takingTheLastAgain: Bool)
+        -> CommitOutcome
+    {
         // Seen already, or older than a commit seen: its header says nothing newer (and an older
         // generation's would look like a restart).
-        if let last = frameMap.lastCommit, commit <= last { return CommitOutcome() }
+        if let last = frameMap.lastCommit, commit < last || (commit == last && !takingTheLastAgain) {
+            return CommitOutcome()
+        }
+        var frames = frames
+        if generation == nil, let retired = retiredGeneration, frames.generation == retired {
+            // The header still names the WAL this process's reset retired (a RESTART leaves the
+            // header as it was until the next write): the commit was copied back, and ends at
+            // frame 0 of the WAL to come.
+            frames = WALCommitFrames(endFrame: 0, generation: nil)
+        }
         var outcome = CommitOutcome()
         if let new = frames.generation, let known = generation {
             outcome.restarted = new != known
@@ -80,7 +94,10 @@ struct WALProgress: Equatable {
             nextCheckpointFrames = threshold
             frameMap.reset(commit: commit &- 1, endFrame: 0)
         }
-        if let new = frames.generation { generation = new }
+        if let new = frames.generation {
+            generation = new
+            retiredGeneration = nil
+        }
         // (A checkpoint may have seen the WAL larger: commits of other processes not seen yet.)
         walFrames = outcome.restarted ? frames.endFrame : max(walFrames, frames.endFrame)
         frameMap.record(commit: commit, endFrame: frames.endFrame)
@@ -103,6 +120,7 @@ struct WALProgress: Equatable {
     mutating func absorbReset(latestCommit: UInt64, generationBefore: Int) {
         guard generationCount == generationBefore else { return }
         generationCount += 1
+        retiredGeneration = generation ?? retiredGeneration
         generation = nil
         walFrames = 0
         checkpointedFrames = 0
