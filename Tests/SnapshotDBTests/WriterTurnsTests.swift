@@ -28,6 +28,8 @@ struct WriterTurnsTests {
             case "release":
                 turns.finish(othersOfThisProcessWait: false)
                 answer("released")
+            case "try":
+                answer(turns.acquire(within: .zero) == .held ? "held" : "not held")
             default:
                 return
             }
@@ -78,8 +80,9 @@ struct WriterTurnsTests {
     }
 
     /// A turn another process holds past the deadline is given up (``WriterTurns/Outcome/timedOut``),
-    /// and the abandoned wait does not keep the turn once the other process lets it go: the
-    /// child takes it again at once.
+    /// and the abandoned wait does not keep the turn once the other process lets it go: its
+    /// helper takes the turn, finds no one waiting for it, and lets it go, so the child takes it
+    /// again without waiting.
     @Test func aTurnHeldPastTheDeadlineTimesOutAndIsNotKept() throws {
         try withTemporaryDirectory { directory throws in
             let path = try Self.walStandIn(in: directory)
@@ -90,12 +93,14 @@ struct WriterTurnsTests {
             let turns = WriterTurns(walPath: path, patience: .zero)
             #expect(turns.acquire(within: .milliseconds(50)) == .timedOut)
             #expect(turns.acquire(within: .zero) == .unavailable, "the abandoned wait is still out")
-            // The child gives the turn back and takes it again: the abandoned wait may get it
-            // in between, and must let it go.
-            try child.send("release and acquire")
-            #expect(try child.readLine() == "held again")
             try child.send("release")
             #expect(try child.readLine() == "released")
+            try #require(turns.helperFinished.wait(timeout: .now() + 30) == .success)
+            try child.send("try")
+            #expect(try child.readLine() == "held", "the abandoned wait let the turn go")
+            try child.send("release")
+            #expect(try child.readLine() == "released")
+            #expect(turns.acquire(within: .zero) == .held, "the turns work again once the wait returned")
             try child.send("quit")
             #expect(child.finish() == 0)
         }
@@ -136,17 +141,48 @@ struct WriterTurnsTests {
         }
     }
 
-    /// A process that writes alone takes a turn for its first write only: its own commits, and
-    /// the checkpoints that restart the WAL, never look like another writer.
+    /// A process that writes alone takes a turn for its first write only: its own commits, a
+    /// consumer's acknowledgements, history purges, and the checkpoints that restart the WAL
+    /// never look like another writer.
     @Test func aProcessThatWritesAloneTakesNoTurns() throws {
-        try withTemporaryDatabase(configuration: CheckpointTests.smallConfiguration()) { db throws in
+        var configuration = CheckpointTests.smallConfiguration()
+        configuration.historyRetention = HistoryRetention(commits: 50, bytes: 1 << 30)
+        try withTemporaryDatabase(configuration: configuration) { db throws in
             let writer = db.newConnection(name: "writer")
+            let consumer = try db.consumer(named: "sync")
             let generations = db.checkpointer.state.withLock { $0.wal.generationCount }
-            try writeCommits(writer, count: 300)
+            for round in 0..<10 {
+                try writeCommits(writer, count: 30, offset: round * 30)
+                // An acknowledgement alone: committed, but no commit of the database.
+                try writer.readWrite { txn in try consumer.acknowledge(through: txn.commit, in: txn) }
+                _ = try db.purgeHistory()
+            }
             db.waitForCheckpoints()
             #expect(
                 db.checkpointer.state.withLock { $0.wal.generationCount } > generations + 3, "WAL restarts")
             #expect(db.writerTurns.turnsTaken.load(ordering: .relaxed) == 1)
+        }
+    }
+
+    /// A turn kept for a queued "writer" that takes no turn (`vacuum()` waits on the same
+    /// lock) is given back when the writer lock goes idle: another process can take it.
+    @Test func aTurnKeptForVacuumIsGivenBackWhenTheWriterLockGoesIdle() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            let vacuumed = DispatchSemaphore(value: 0)
+            try writer.readWrite { txn in
+                try txn.set(Item(title: "a"), forKey: "a", inCollection: "c")
+                Thread {
+                    try? db.vacuum()
+                    vacuumed.signal()
+                }.start()
+                // The write ends with vacuum() queued: its turn is kept for it.
+                #expect(db.writer.lock.waitForWaitingWriters(1, before: Date(timeIntervalSinceNow: 30)))
+            }
+            #expect(db.writerTurns.turnsTaken.load(ordering: .relaxed) == 1, "the first write took a turn")
+            try #require(vacuumed.wait(timeout: .now() + 30) == .success)
+            let otherProcess = WriterTurns(walPath: db.path + "-wal")
+            #expect(otherProcess.acquire(within: .zero) == .held, "the kept turn was given back")
         }
     }
 
@@ -189,6 +225,7 @@ struct WriterTurnsTests {
                 "childHoldsAWriteTransaction", environmentKey: Self.writerChildKey, value: path)
             #expect(try child.readLine() == "in transaction")
             BusyTests.expectBusyWrite(writer)
+            #expect(db.writerTurns.turnsTimedOut.load(ordering: .relaxed) == 1, "it waited for the turn")
             #expect(db.latestCommit == 3)
             try child.send("go")
             #expect(try child.readLine() == "committed")

@@ -165,6 +165,9 @@ final class HistoryPurger: Sendable {
                 try handle.statement(.beginImmediate).execute()
             }
             defer { handle.rollback(after: "purging the history", logger: database.logger) }
+            // (A commit of this process: the writer turns must not take it for another's.)
+            handle.lookUpWALIndex()
+            let headerBefore = handle.walIndexHeader()
             let (cutoff, floor) = try Self.cutoff(retention, handle: handle)
             guard cutoff > floor else { return .done }
             let target = min(cutoff, floor + UInt64(Self.stepRows))
@@ -176,6 +179,7 @@ final class HistoryPurger: Sendable {
             try handle.execute(
                 "UPDATE snapshotdb_consumers SET expired = 1 WHERE expired = 0 AND position < \(target)")
             try handle.statement(.commit).execute()
+            database.writerTurns.didCommit(on: handle, headerBefore: headerBefore)
             steps.add(1, ordering: .relaxed)
             rowsPurged.add(removed, ordering: .relaxed)
             // A full step may have left more past the age bound, which it looks for one step's

@@ -113,12 +113,14 @@ final class Writer: Sendable {
             if !transaction.isRollbackRequested && transaction.wroteBookkeeping {
                 // Only bookkeeping (a consumer's acknowledgement): committed, but it changes no
                 // value, so it is not a commit of the database and gets no number.
+                let before = handle.walIndexHeader()
                 do throws(DatabaseError) {
                     try handle.statement(.commit).execute()
                 } catch {
                     connection.rollback(handle)
                     throw error
                 }
+                turns.didCommit(on: handle, headerBefore: before)
                 committed = true
                 return result
             }

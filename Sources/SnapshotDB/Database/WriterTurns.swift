@@ -51,8 +51,8 @@ internal import struct Synchronization.Atomic
 /// only while there is evidence of another writer: the WAL-index header's change counter, read
 /// before `BEGIN IMMEDIATE`, moved since this process's last commit (another process committed
 /// in between), or one look in 16 transactions found another process holding or waiting for
-/// the turn; the evidence lasts ``activity``. A writer that knows nothing yet (its first
-/// transaction, a connection that never read the header) takes a turn.
+/// the turn; the evidence lasts ``activity``. A process that knows nothing yet (before its
+/// first commit) takes a turn.
 ///
 /// **Waiting with a deadline.** The kernel's blocking wait has no timeout, so it runs on a
 /// helper thread of the database (started at the first wait, ended by `close()` or the
@@ -131,10 +131,14 @@ final class WriterTurns: Sendable {
     #if DEBUG
         /// Runs when a waiting writer has marked itself waiting (tests).
         let whenMarked = Mutex<(@Sendable () -> Void)?>(nil)
+        /// Signalled each time the helper thread finished a wait (tests).
+        let helperFinished = DispatchSemaphore(value: 0)
     #endif
 
-    /// How many turns this process's writers took (for tests).
+    /// How many turns this process's writers took, and how many waits for one timed out (for
+    /// tests).
     let turnsTaken = Atomic<Int>(0)
+    let turnsTimedOut = Atomic<Int>(0)
 
     /// Turns on the `-wal` at `walPath`; none at all unless `enabled`
     /// (``Configuration/writerTurns``).
@@ -160,8 +164,10 @@ final class WriterTurns: Sendable {
     func acquireIfOthersWrite(headerChange: UInt32?, within timeout: Duration) -> Outcome {
         let now = ContinuousClock.now
         let mode = state.withLock { state -> Mode in
-            guard let headerChange, let own = state.lastOwnChange else { return .take }
-            if headerChange != own { state.activeUntil = now + Self.activity }
+            // Before this process's first commit nothing is known: a turn. (A handle that has not
+            // mapped the header yet, a new connection's, brings no evidence either way.)
+            guard let own = state.lastOwnChange else { return .take }
+            if let headerChange, headerChange != own { state.activeUntil = now + Self.activity }
             if let until = state.activeUntil, now < until { return .take }
             state.writesSinceLook += 1
             guard state.writesSinceLook >= Self.lookEvery else { return .skip }
@@ -189,6 +195,15 @@ final class WriterTurns: Sendable {
         state.withLock { $0.lastOwnChange = change }
     }
 
+    /// This process committed on `handle` outside a read-write transaction (a consumer's
+    /// acknowledgement, a history purge, `vacuum()`), whose header read `before` under SQLite's
+    /// write lock: its commit, if it wrote anything, is that counter plus one.
+    func didCommit(on handle: SQLiteHandle, headerBefore before: WALIndexHeader?) {
+        guard let before else { return }
+        let wrote = handle.walIndexHeader().map { $0.change != before.change } ?? true
+        didCommit(change: wrote ? before.change &+ 1 : before.change)
+    }
+
     /// Takes this process's writer's turn, waiting at most `timeout` (a negative or zero
     /// timeout only tries). Call with the database's ``WriterLock`` held, before `BEGIN
     /// IMMEDIATE`; after ``Outcome/held``, call ``finish(othersOfThisProcessWait:)`` once the
@@ -198,6 +213,8 @@ final class WriterTurns: Sendable {
         if outcome == .held {
             state.withLock { $0.heldSince = ContinuousClock.now }
             turnsTaken.add(1, ordering: .relaxed)
+        } else if outcome == .timedOut {
+            turnsTimedOut.add(1, ordering: .relaxed)
         }
         return outcome
     }
@@ -328,15 +345,18 @@ final class WriterTurns: Sendable {
         var marked = false
         var signalled = false
         if let patience {
-            let markAt = DispatchTime.now() + patience.dispatchInterval
-            signalled = completion.wait(timeout: min(markAt, deadline)) == .success
-            if !signalled, markAt < deadline {
-                // Waited long enough: the writer whose turn it is lets this one go first.
+            // Waited `patience`: the writer whose turn it is lets this one go first. The mark
+            // cannot be taken while a writer that was marked holds it alone, for a moment, to
+            // hand over (see `take`): tried again every `patience`.
+            var next = DispatchTime.now() + patience.dispatchInterval
+            while true {
+                signalled = completion.wait(timeout: marked ? deadline : min(next, deadline)) == .success
+                if signalled || marked || DispatchTime.now() >= deadline { break }
                 marked = snapshotdb_turn_lock(descriptor, Self.waitingOffset, SNAPSHOTDB_TURN_SHARED, 0) == 0
                 #if DEBUG
                     if marked { whenMarked.withLock { $0 }?() }
                 #endif
-                signalled = completion.wait(timeout: deadline) == .success
+                next = DispatchTime.now() + patience.dispatchInterval
             }
         } else {
             signalled = completion.wait(timeout: deadline) == .success
@@ -366,19 +386,24 @@ final class WriterTurns: Sendable {
             guard let request = next.request else { continue }
             let result = snapshotdb_turn_lock(request.descriptor, request.offset, request.kind, 1)
             let (handOver, closeDescriptor) = state.withLock { state -> (Bool, Bool) in
-                state.helperBusy = false
                 let handOver = result == 0 && state.wanted == request.id
-                if handOver { state.completed = request.id }
+                if handOver {
+                    state.completed = request.id
+                } else if result == 0 {
+                    // No one waits for it any more. Let go while the descriptor is surely open:
+                    // `close()` leaves it to this thread until `helperBusy` is cleared.
+                    _ = snapshotdb_turn_lock(request.descriptor, request.offset, SNAPSHOTDB_TURN_UNLOCK, 0)
+                }
+                state.helperBusy = false
                 if result != 0 { state.isUnusable = true }
                 let close = state.isClosed && state.descriptor >= 0
                 if close { state.descriptor = -1 }
                 return (handOver, close)
             }
-            if handOver {
-                completion.signal()
-            } else if result == 0 {
-                _ = snapshotdb_turn_lock(request.descriptor, request.offset, SNAPSHOTDB_TURN_UNLOCK, 0)
-            }
+            if handOver { completion.signal() }
+            #if DEBUG
+                helperFinished.signal()
+            #endif
             if closeDescriptor {
                 closeTurnDescriptor(request.descriptor)
                 return
