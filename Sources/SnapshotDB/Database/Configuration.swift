@@ -49,7 +49,7 @@ public struct Configuration: Sendable {
     /// seconds, past ``busyTimeout``. With turns, a writer that waits is woken the moment the
     /// turn is free, and a process that has just committed lets a writer that waited go first.
     /// Under the stress run's saturated load across three processes, the longest commit fell
-    /// from 2.2–7.2 s to 0.26–0.61 s, and total throughput by 15–40% (each process's
+    /// from 2.2–7.2 s to 0.29–0.93 s, and total throughput to 0.73× (each process's
     /// transactions now interleave with the others', and each starts with what they changed).
     /// A process that writes alone pays nothing: it takes turns only once it sees commits of
     /// another process (see the README's "Durable history: other processes and restarts").
