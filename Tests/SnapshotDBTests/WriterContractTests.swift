@@ -405,8 +405,8 @@ struct WALProgressTests {
         var wal = WALProgress(threshold: 10)
         wal.start(latestCommit: 3, frames: 4, checkpointed: 0, generation: 7)
         _ = wal.recordCommit(5, frames: WALCommitFrames(endFrame: 10, generation: 7))
-        wal.absorbReset(latestCommit: 5, generationBefore: wal.generationCount)
-        // Commits 6 to 8 of another process were copied back by the reset.
+        // Commits 6 to 8 of another process, not seen yet, were copied back by the reset too.
+        wal.absorbReset(latestCommit: 5, frames: 20, generationBefore: wal.generationCount)
         #expect(wal.recordSnapshot(8, frames: WALCommitFrames(endFrame: 20, generation: 7)) == .init())
         #expect(wal.walFrames == 0)
         #expect(wal.pinnedFrames(bySnapshot: 5, latest: 8) == 0)
@@ -416,6 +416,45 @@ struct WALProgressTests {
         #expect(wal.generationCount == generations)
         #expect(wal.walFrames == 2)
         #expect(wal.pinnedFrames(bySnapshot: 8, latest: 9) == 2)
+    }
+
+    /// SQLite skips the restart while a reader holds a read mark: the writer after this
+    /// process's reset may append to the retired WAL instead. Its commit is taken in under that
+    /// WAL, after the frames the reset copied back; the monitor does not stay at 0 frames.
+    @Test func aWALNotRestartedAfterTheResetGoesOn() {
+        var wal = WALProgress(threshold: 10)
+        wal.start(latestCommit: 3, frames: 4, checkpointed: 0, generation: 7)
+        _ = wal.recordCommit(5, frames: WALCommitFrames(endFrame: 10, generation: 7))
+        wal.absorbReset(latestCommit: 5, frames: 20, generationBefore: wal.generationCount)
+        _ = wal.recordSnapshot(8, frames: WALCommitFrames(endFrame: 20, generation: 7))
+        let generations = wal.generationCount
+        let outcome = wal.recordSnapshot(9, frames: WALCommitFrames(endFrame: 23, generation: 7))
+        #expect(!outcome.restarted)
+        #expect(wal.generationCount == generations)
+        #expect(wal.generation == 7)
+        #expect(wal.walFrames == 23)
+        #expect(wal.checkpointedFrames == 20)
+        #expect(wal.pinnedFrames(bySnapshot: 8, latest: 9) == 3)
+        #expect(wal.pinnedFrames(bySnapshot: 5, latest: 9) == 3, "everything before was copied back")
+        // And on: later commits grow it.
+        _ = wal.recordCommit(10, frames: WALCommitFrames(endFrame: 40, generation: 7))
+        #expect(wal.pinnedFrames(bySnapshot: 9, latest: 10) == 17)
+    }
+
+    /// A checkpoint between this process's reset and the next write sees the retired WAL: it
+    /// says nothing of the WAL to come.
+    @Test func aCheckpointOfTheRetiredWALIsIgnored() {
+        var wal = WALProgress(threshold: 10)
+        _ = wal.recordCommit(5, frames: WALCommitFrames(endFrame: 20, generation: 7))
+        wal.absorbReset(latestCommit: 5, frames: 20, generationBefore: wal.generationCount)
+        wal.absorb(
+            CheckpointResult(mode: .passive, walFrames: 20, checkpointedFrames: 20, isComplete: true),
+            generationBefore: wal.generationCount)
+        #expect(wal.walFrames == 0)
+        let generations = wal.generationCount
+        #expect(!wal.recordCommit(6, frames: WALCommitFrames(endFrame: 2, generation: 8)).restarted)
+        #expect(wal.generationCount == generations)
+        #expect(wal.pinnedFrames(bySnapshot: 5, latest: 6) == 2)
     }
 
     /// `vacuum()` reports its frames under the newest commit: taken in, though mapped already.
@@ -448,7 +487,7 @@ struct WALProgressTests {
     @Test func aResetStartsTheWALOver() {
         var wal = WALProgress(threshold: 10)
         _ = wal.recordCommit(5, frames: WALCommitFrames(endFrame: 20, generation: 7))
-        wal.absorbReset(latestCommit: 5, generationBefore: wal.generationCount)
+        wal.absorbReset(latestCommit: 5, frames: 20, generationBefore: wal.generationCount)
         #expect(wal.walFrames == 0)
         #expect(wal.generation == nil)
         let next = wal.recordCommit(6, frames: WALCommitFrames(endFrame: 2, generation: 9))

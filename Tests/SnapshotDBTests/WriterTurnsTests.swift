@@ -106,9 +106,10 @@ struct WriterTurnsTests {
         }
     }
 
-    /// The policy: a writer that knows nothing takes a turn; one whose process made the last
-    /// commit takes none, and looks for other processes' writers once in 16 transactions; one
-    /// that finds the header's change counter moved (another process committed) takes one.
+    /// The policy: a process that knows nothing (before its first commit) takes a turn; one
+    /// that made the last commit takes none, and looks for other processes' writers once in 16
+    /// transactions; one that finds the header's change counter moved (another process
+    /// committed) takes one.
     @Test func turnsAreTakenOnlyOnEvidenceOfAnotherWriter() throws {
         try withTemporaryDirectory { directory throws in
             let turns = WriterTurns(walPath: try Self.walStandIn(in: directory))
@@ -118,6 +119,8 @@ struct WriterTurnsTests {
             for _ in 0..<WriterTurns.lookEvery {
                 #expect(turns.acquireIfOthersWrite(headerChange: 7, within: .seconds(1)) == .unavailable)
             }
+            // A new connection's handle, which has not mapped the header yet: no evidence.
+            #expect(turns.acquireIfOthersWrite(headerChange: nil, within: .seconds(1)) == .unavailable)
             #expect(turns.turnsTaken.load(ordering: .relaxed) == 1)
             #expect(turns.acquireIfOthersWrite(headerChange: 9, within: .seconds(1)) == .held)
             turns.finish(othersOfThisProcessWait: false)
@@ -164,25 +167,32 @@ struct WriterTurnsTests {
         }
     }
 
-    /// A turn kept for a queued "writer" that takes no turn (`vacuum()` waits on the same
-    /// lock) is given back when the writer lock goes idle: another process can take it.
-    @Test func aTurnKeptForVacuumIsGivenBackWhenTheWriterLockGoesIdle() throws {
-        try withTemporaryDatabase { db throws in
-            let writer = db.newConnection(name: "writer")
-            let vacuumed = DispatchSemaphore(value: 0)
-            try writer.readWrite { txn in
-                try txn.set(Item(title: "a"), forKey: "a", inCollection: "c")
-                Thread {
-                    try? db.vacuum()
-                    vacuumed.signal()
-                }.start()
-                // The write ends with vacuum() queued: its turn is kept for it.
-                #expect(db.writer.lock.waitForWaitingWriters(1, before: Date(timeIntervalSinceNow: 30)))
-            }
-            #expect(db.writerTurns.turnsTaken.load(ordering: .relaxed) == 1, "the first write took a turn")
-            try #require(vacuumed.wait(timeout: .now() + 30) == .success)
-            let otherProcess = WriterTurns(walPath: db.path + "-wal")
-            #expect(otherProcess.acquire(within: .zero) == .held, "the kept turn was given back")
+    /// A turn kept for the next holder of the writer lock is given back when that holder
+    /// takes no turn (`vacuum()`, a checkpoint's reset) and the lock then goes idle: another
+    /// process can take it. The writer lock's idle handler does it, as the database wires it.
+    @Test func aKeptTurnIsGivenBackWhenTheWriterLockGoesIdle() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = try Self.walStandIn(in: directory)
+            let turns = WriterTurns(walPath: path, carryLimit: .seconds(3_600))
+            let lock = WriterLock()
+            lock.setIdleHandler { turns.releaseCarried() }
+            lock.lock()
+            #expect(turns.acquire(within: .seconds(1)) == .held)
+            let done = DispatchSemaphore(value: 0)
+            Thread {
+                // Takes the lock after the writer, and no turn, as vacuum() does.
+                lock.lock()
+                lock.unlock()
+                done.signal()
+            }.start()
+            #expect(lock.waitForWaitingWriters(1, before: Date(timeIntervalSinceNow: 30)))
+            turns.finish(othersOfThisProcessWait: lock.hasWaitingWriters)
+            let otherProcess = WriterTurns(walPath: path)
+            #expect(otherProcess.acquire(within: .zero) == .timedOut, "kept for the next holder")
+            lock.unlock()
+            try #require(done.wait(timeout: .now() + 30) == .success)
+            #expect(otherProcess.acquire(within: .zero) == .held, "given back once the lock went idle")
+            #expect(!turns.takeCarried())
         }
     }
 

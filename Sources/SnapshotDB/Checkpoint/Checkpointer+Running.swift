@@ -115,7 +115,7 @@ extension Checkpointer {
         prepareReset(database, latestCommit: latest)
         guard let result = try? perform(resetMode, busyTimeout: Self.resetWait) else { return .notReset }
         if result.isComplete {
-            absorbReset(latestCommit: latest, generationBefore: generationBefore)
+            absorbReset(latestCommit: latest, frames: result.walFrames, generationBefore: generationBefore)
             return .reset(result)
         }
         absorb(result, generationBefore: generationBefore)
@@ -215,8 +215,10 @@ extension Checkpointer {
 
     /// Takes in a completed reset (RESTART or TRUNCATE), run while no commit of this process
     /// could interleave.
-    private func absorbReset(latestCommit: UInt64, generationBefore: Int) {
-        state.withLock { $0.wal.absorbReset(latestCommit: latestCommit, generationBefore: generationBefore) }
+    private func absorbReset(latestCommit: UInt64, frames: Int, generationBefore: Int) {
+        state.withLock {
+            $0.wal.absorbReset(latestCommit: latestCommit, frames: frames, generationBefore: generationBefore)
+        }
         metrics.recordWALBytes(0)
         metrics.recordCheckpointedFrames(0)
     }
@@ -264,7 +266,9 @@ extension Checkpointer {
             }
             if case .success(let checkpoint) = result {
                 if mode == .truncate && checkpoint.isComplete && locked {
-                    absorbReset(latestCommit: latest, generationBefore: generationBefore)
+                    absorbReset(
+                        latestCommit: latest, frames: checkpoint.walFrames, generationBefore: generationBefore
+                    )
                 } else {
                     absorb(checkpoint, generationBefore: generationBefore)
                 }

@@ -5,7 +5,7 @@
 /// Facts arrive from four places: the writer after each commit (``recordCommit(_:frames:)``),
 /// transactions that read a commit's WAL-index header, which is how commits of other processes
 /// arrive (``recordSnapshot(_:frames:)``), checkpoints that did not reset the WAL
-/// (``absorb(_:generationBefore:)``) and resets (``absorbReset(latestCommit:generationBefore:)``).
+/// (``absorb(_:generationBefore:)``) and resets (``absorbReset(latestCommit:frames:generationBefore:)``).
 /// A checkpoint's result is only taken in when no restart of the WAL happened while it ran:
 /// ``generationCount`` counts restarts.
 ///
@@ -25,8 +25,15 @@ struct WALProgress: Equatable {
     private(set) var nextCheckpointFrames: Int
     /// The WAL header's salts as last read by a commit; `nil` after a reset.
     private(set) var generation: UInt64?
-    /// The salts of the WAL this process's last reset retired, until a commit names new ones.
-    private(set) var retiredGeneration: UInt64?
+    /// The WAL this process's last reset copied back (its salts and frame count), until a
+    /// commit names a generation again.
+    private(set) var retired: RetiredWAL?
+
+    /// A WAL a reset copied back: its salts and its size in frames.
+    struct RetiredWAL: Equatable {
+        var generation: UInt64
+        var frames: Int
+    }
     /// Incremented at every WAL reset or restart seen.
     private(set) var generationCount = 0
     /// Where each commit of the current generation ends.
@@ -76,11 +83,22 @@ struct WALProgress: Equatable {
             return CommitOutcome()
         }
         var frames = frames
-        if generation == nil, let retired = retiredGeneration, frames.generation == retired {
-            // The header still names the WAL this process's reset retired (a RESTART leaves the
-            // header as it was until the next write): the commit was copied back, and ends at
-            // frame 0 of the WAL to come.
-            frames = WALCommitFrames(endFrame: 0, generation: nil)
+        if generation == nil, let retired, frames.generation == retired.generation {
+            if frames.endFrame <= retired.frames {
+                // The header still names the WAL this process's reset copied back (a RESTART
+                // leaves the header as it was until the next write): the commit is in the
+                // database file, and ends at frame 0 of the WAL to come.
+                frames = WALCommitFrames(endFrame: 0, generation: nil)
+            } else {
+                // The next writer did not restart the WAL after all (SQLite skips the restart
+                // while a reader holds a read mark) and appended to it: what the reset copied
+                // back stays copied, and earlier snapshots end where it ended.
+                generation = retired.generation
+                frameMap.reset(commit: 0, endFrame: retired.frames)
+                walFrames = retired.frames
+                checkpointedFrames = retired.frames
+                self.retired = nil
+            }
         }
         var outcome = CommitOutcome()
         if let new = frames.generation, let known = generation {
@@ -96,7 +114,7 @@ struct WALProgress: Equatable {
         }
         if let new = frames.generation {
             generation = new
-            retiredGeneration = nil
+            retired = nil
         }
         // (A checkpoint may have seen the WAL larger: commits of other processes not seen yet.)
         walFrames = outcome.restarted ? frames.endFrame : max(walFrames, frames.endFrame)
@@ -110,6 +128,8 @@ struct WALProgress: Equatable {
     /// reports nothing; one of an older generation describes a WAL that is gone.
     mutating func absorb(_ result: CheckpointResult, generationBefore: Int) {
         guard generationCount == generationBefore, result.walFrames > 0 || result.isComplete else { return }
+        // A checkpoint between this process's reset and the next write sees the WAL it retired.
+        if generation == nil, let retired, result.walFrames <= retired.frames { return }
         walFrames = max(walFrames, result.walFrames)
         checkpointedFrames = result.checkpointedFrames
         nextCheckpointFrames = walFrames.saturatingAdding(threshold)
@@ -117,10 +137,11 @@ struct WALProgress: Equatable {
 
     /// Takes in a completed reset (RESTART or TRUNCATE), run while no commit of this process
     /// could interleave: the next commit writes the WAL from its start.
-    mutating func absorbReset(latestCommit: UInt64, generationBefore: Int) {
+    mutating func absorbReset(latestCommit: UInt64, frames: Int, generationBefore: Int) {
         guard generationCount == generationBefore else { return }
         generationCount += 1
-        retiredGeneration = generation ?? retiredGeneration
+        // (Two resets with no write between retire the same WAL.)
+        if let generation { retired = RetiredWAL(generation: generation, frames: max(frames, walFrames)) }
         generation = nil
         walFrames = 0
         checkpointedFrames = 0

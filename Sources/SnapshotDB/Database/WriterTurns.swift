@@ -72,8 +72,6 @@ final class WriterTurns: Sendable {
     /// Without evidence, one transaction in this many looks for writers of other processes
     /// holding or waiting for the turn.
     static let lookEvery = 16
-    /// The longest a process keeps the turn for its next writers while they queue.
-    static let carryLimit: Duration = .milliseconds(20)
 
     /// What ``acquire(within:)`` got.
     enum Outcome: Equatable {
@@ -142,9 +140,16 @@ final class WriterTurns: Sendable {
 
     /// Turns on the `-wal` at `walPath`; none at all unless `enabled`
     /// (``Configuration/writerTurns``).
-    init(walPath: String, enabled: Bool = true, patience: Duration = .milliseconds(5)) {
+    /// The longest a process keeps the turn for its next writers while they queue.
+    let carryLimit: Duration
+
+    init(
+        walPath: String, enabled: Bool = true, patience: Duration = .milliseconds(5),
+        carryLimit: Duration = .milliseconds(20)
+    ) {
         self.walPath = walPath
         self.patience = patience
+        self.carryLimit = carryLimit
         if !enabled { state.withLock { $0.isUnusable = true } }
     }
 
@@ -196,12 +201,18 @@ final class WriterTurns: Sendable {
     }
 
     /// This process committed on `handle` outside a read-write transaction (a consumer's
-    /// acknowledgement, a history purge, `vacuum()`), whose header read `before` under SQLite's
+    /// acknowledgement, a history purge), whose header read `before` under SQLite's
     /// write lock: its commit, if it wrote anything, is that counter plus one.
     func didCommit(on handle: SQLiteHandle, headerBefore before: WALIndexHeader?) {
         guard let before else { return }
         let wrote = handle.walIndexHeader().map { $0.change != before.change } ?? true
-        didCommit(change: wrote ? before.change &+ 1 : before.change)
+        let now = ContinuousClock.now
+        state.withLock { state in
+            // Another process committed since this process's last commit: evidence, which the
+            // new counter must not hide.
+            if let own = state.lastOwnChange, own != before.change { state.activeUntil = now + Self.activity }
+            state.lastOwnChange = wrote ? before.change &+ 1 : before.change
+        }
     }
 
     /// Takes this process's writer's turn, waiting at most `timeout` (a negative or zero
@@ -259,7 +270,7 @@ final class WriterTurns: Sendable {
     func finish(othersOfThisProcessWait: Bool) {
         let now = ContinuousClock.now
         let descriptor = state.withLock { state -> Int32 in
-            if othersOfThisProcessWait, let since = state.heldSince, now - since < Self.carryLimit,
+            if othersOfThisProcessWait, let since = state.heldSince, now - since < carryLimit,
                 state.descriptor >= 0,
                 snapshotdb_turn_is_held_elsewhere(state.descriptor, Self.waitingOffset) == 0
             {
@@ -348,6 +359,8 @@ final class WriterTurns: Sendable {
             // Waited `patience`: the writer whose turn it is lets this one go first. The mark
             // cannot be taken while a writer that was marked holds it alone, for a moment, to
             // hand over (see `take`): tried again every `patience`.
+            // (At least a millisecond apart: a zero patience must not spin.)
+            let retry = max(patience, .milliseconds(1)).dispatchInterval
             var next = DispatchTime.now() + patience.dispatchInterval
             while true {
                 signalled = completion.wait(timeout: marked ? deadline : min(next, deadline)) == .success
@@ -356,7 +369,7 @@ final class WriterTurns: Sendable {
                 #if DEBUG
                     if marked { whenMarked.withLock { $0 }?() }
                 #endif
-                next = DispatchTime.now() + patience.dispatchInterval
+                next = DispatchTime.now() + retry
             }
         } else {
             signalled = completion.wait(timeout: deadline) == .success
