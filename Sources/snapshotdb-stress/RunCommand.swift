@@ -102,7 +102,8 @@ struct RunCommand: ParsableCommand {
             seed: seed, directory: directory, durationSeconds: duration,
             elapsedSeconds: outcome.elapsedSeconds,
             writers: writers, processes: processes, readers: readers, accounts: accounts,
-            commits: stats.commits, commitsPerSecond: Double(stats.commits) / outcome.elapsedSeconds,
+            commits: stats.commits, commitsByProcess: outcome.commitsByProcess,
+            commitsPerSecond: Double(stats.commits) / outcome.elapsedSeconds,
             rolledBackTransactions: stats.rolledBack, failedSavepoints: stats.failedSavepoints,
             commitLatency: .init(stats.commitLatency),
             reads: stats.reads, readsPerSecond: Double(stats.reads) / outcome.elapsedSeconds,
@@ -124,6 +125,7 @@ struct RunCommand: ParsableCommand {
 
     private struct Outcome {
         var stats: WorkloadStats
+        var commitsByProcess: [Int]
         var elapsedSeconds: Double
         var changesReceived: Int
         var peakWALBytes: Int64
@@ -223,6 +225,7 @@ struct RunCommand: ParsableCommand {
                     ]))
         }
         for thread in threads { thread.join() }
+        var workerCommits: [Int] = []
         for (index, worker) in workers.enumerated() {
             let (termination, output, errorOutput) = worker.wait()
             let lines = String(decoding: output, as: UTF8.self).split(separator: "\n")
@@ -240,6 +243,7 @@ struct RunCommand: ParsableCommand {
                     "worker process \(index + 1): \(result.violationCount - result.violations.count) more violations"
                 )
             }
+            workerCommits.append(result.commits)
             var workerStats = WorkloadStats()
             workerStats.commits = result.commits
             workerStats.rolledBack = result.rolledBack
@@ -263,8 +267,12 @@ struct RunCommand: ParsableCommand {
         // Closed here, not when the last reference happens to be released: the foreign
         // integrity check that follows must not meet the close's final checkpoint.
         try database.close()
+        // This process's commits first, then each worker process's (writer turns share them).
+        let commitsByProcess =
+            processes > 0 ? [totals.commits - workerCommits.reduce(0, +)] + workerCommits : []
         return Outcome(
-            stats: totals, elapsedSeconds: elapsed, changesReceived: changesReceived,
+            stats: totals, commitsByProcess: commitsByProcess, elapsedSeconds: elapsed,
+            changesReceived: changesReceived,
             peakWALBytes: sampler.peakBytes, laggard: laggardReport.value, checkpointEvents: events.all,
             crash: crashReport.value, litestream: litestreamRounds?.report)
     }

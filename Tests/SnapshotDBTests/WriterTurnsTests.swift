@@ -207,6 +207,17 @@ struct WriterTurnsTests {
         }
     }
 
+    /// While a replicator holds the WAL (Litestream), writers take no turns, not even the first.
+    @Test func noTurnsWhileAReplicatorHoldsTheWAL() throws {
+        var configuration = Configuration()
+        configuration.checkpointing = .external(replicator: "litestream")
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            try writeCommits(db.newConnection(name: "writer"), count: 3)
+            #expect(db.latestCommit == 3)
+            #expect(db.writerTurns.turnsTaken.load(ordering: .relaxed) == 0)
+        }
+    }
+
     static let writerChildKey = "SNAPSHOTDB_TURNS_WRITER_CHILD"
 
     /// The child of ``aWriterOfAnotherProcessInItsTurnMakesAWriteBusyAfterTheTimeout()``: opens

@@ -64,10 +64,15 @@ final class Writer: Sendable {
         let turns = database.writerTurns
         let busyTimeout = database.configuration.busyTimeout
         let waitStarted = ContinuousClock.now
-        let turn =
+        // None while a replicator holds the WAL: Litestream takes SQLite's write lock for its
+        // own checkpoints through the busy handler, and turns leave it fewer moments to.
+        let turn: WriterTurns.Outcome =
             turns.takeCarried()
             ? .held
-            : turns.acquireIfOthersWrite(headerChange: handle.walIndexHeader()?.change, within: busyTimeout)
+            : database.checkpointer.replicator != nil
+                ? .unavailable
+                : turns.acquireIfOthersWrite(
+                    headerChange: handle.walIndexHeader()?.change, within: busyTimeout)
         defer { if turn == .held { turns.finish(othersOfThisProcessWait: lock.hasWaitingWriters) } }
         let start = try begin(handle, database: database, after: turn, waitingSince: waitStarted)
         let upkeep: ExtensionUpkeep

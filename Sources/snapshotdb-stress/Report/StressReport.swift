@@ -28,6 +28,8 @@ struct StressReport: Codable, Sendable {
     var accounts: Int
 
     var commits: Int
+    /// With worker processes: this process's commits, then each worker's; empty without.
+    var commitsByProcess: [Int]
     var commitsPerSecond: Double
     var rolledBackTransactions: Int
     var failedSavepoints: Int
@@ -78,6 +80,15 @@ struct StressReport: Codable, Sendable {
             "commits",
             "\(commits) (\(rate(commitsPerSecond))/s), \(rolledBackTransactions) rolled back, "
                 + "\(failedSavepoints) with a failed savepoint")
+        if commitsByProcess.count > 1 {
+            let shares = commitsByProcess.enumerated().map { index, count in
+                (index == 0 ? "this process " : "worker \(index) ") + "\(count)"
+            }
+            add(
+                "",
+                "by process: " + shares.joined(separator: ", ")
+                    + " (\(writers) writers here, 1 in each worker)")
+        }
         add("commit time", latency(commitLatency))
         add("reads", "\(reads) (\(rate(readsPerSecond))/s), \(advances) bookmark advances")
         add("read time", latency(readLatency))
@@ -108,8 +119,15 @@ struct StressReport: Codable, Sendable {
             if let first = litestream.tornRestores.first {
                 add(
                     "",
-                    "\(litestream.tornRestores.count) restores failed integrity_check (Litestream's replica, "
-                        + "not the database; see the README): \(first.prefix(200))")
+                    "\(litestream.tornRestores.count) torn restores (Litestream's replica, not the database; "
+                        + "see the README): \(first.prefix(200))")
+            }
+            if litestream.replicaStayedTorn {
+                add(
+                    "",
+                    "TORN REPLICA: the replica was still torn a minute after the end, so the last commit was "
+                        + "never restored intact (Litestream's issues #1164, #1309; the database passed every check)"
+                )
             }
         }
         add("integrity", "checked with \(integrityChecker)")
