@@ -90,6 +90,7 @@ let package = Package(
                 "SnapshotDBLocking",
                 "SnapshotDBTestSupport",
                 "CSQLite",
+                "CSnapshotDBVFS",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),

@@ -1,3 +1,4 @@
+import CSnapshotDBVFS
 import Foundation
 import SnapshotDBLocking
 import SnapshotDBTestSupport
@@ -28,6 +29,14 @@ struct WriterTurnsTests {
             case "release":
                 turns.finish(othersOfThisProcessWait: false)
                 answer("released")
+            case "mark":
+                // A writer marked waiting that never takes its turn (as if its process stopped).
+                let descriptor = open(
+                    try #require(ProcessInfo.processInfo.environment[Self.childKey]), O_RDWR | O_CLOEXEC)
+                answer(
+                    snapshotdb_turn_lock(descriptor, WriterTurns.waitingOffset, SNAPSHOTDB_TURN_SHARED, 0)
+                        == 0
+                        ? "marked" : "not marked")
             case "try":
                 answer(turns.acquire(within: .zero) == .held ? "held" : "not held")
             default:
@@ -101,6 +110,23 @@ struct WriterTurnsTests {
             try child.send("release")
             #expect(try child.readLine() == "released")
             #expect(turns.acquire(within: .zero) == .held, "the turns work again once the wait returned")
+            try child.send("quit")
+            #expect(child.finish() == 0)
+        }
+    }
+
+    /// A writer marked waiting in a process that stopped (the mark held, the turn never taken)
+    /// holds another process's writer back for `handoffLimit` at most, not its whole busy
+    /// timeout: it then queues anyway, and gets the free turn.
+    @Test func aMarkedWriterThatNeverTakesItsTurnDoesNotHoldOthersBack() throws {
+        try withTemporaryDirectory { directory throws in
+            let path = try Self.walStandIn(in: directory)
+            let child = try startChildTest(
+                "childTakesTurnsOnCommand", environmentKey: Self.childKey, value: path)
+            try child.send("mark")
+            #expect(try child.readLine() == "marked")
+            let turns = WriterTurns(walPath: path)
+            #expect(turns.acquire(within: .seconds(10)) == .held, "the free turn, after the handoff gave up")
             try child.send("quit")
             #expect(child.finish() == 0)
         }

@@ -72,6 +72,8 @@ final class WriterTurns: Sendable {
     /// Without evidence, one transaction in this many looks for writers of other processes
     /// holding or waiting for the turn.
     static let lookEvery = 16
+    /// The longest a writer lets marked writers of other processes go first.
+    static let handoffLimit: Duration = .milliseconds(100)
 
     /// What ``acquire(within:)`` got.
     enum Outcome: Equatable {
@@ -243,10 +245,17 @@ final class WriterTurns: Sendable {
         guard timeout > .zero else { return .timedOut }
         let deadline = DispatchTime.now() + timeout.dispatchInterval
         if othersWait {
-            // Let every writer that was marked waiting have its turn first.
-            let handedOver = wait(descriptor, Self.waitingOffset, SNAPSHOTDB_TURN_EXCLUSIVE, until: deadline)
-            guard handedOver == .held else { return handedOver }
-            _ = snapshotdb_turn_lock(descriptor, Self.waitingOffset, SNAPSHOTDB_TURN_UNLOCK, 0)
+            // Let every writer that was marked waiting have its turn first, for at most
+            // `handoffLimit`: a marked writer that does not take it (its process stopped, or
+            // swapped out) must not hold every other process's writers back. Past it, this one
+            // queues anyway; the wait left with the helper makes the writers of this process go
+            // without turns until it returns.
+            let handoffDeadline = min(deadline, DispatchTime.now() + Self.handoffLimit.dispatchInterval)
+            switch wait(descriptor, Self.waitingOffset, SNAPSHOTDB_TURN_EXCLUSIVE, until: handoffDeadline) {
+            case .held: _ = snapshotdb_turn_lock(descriptor, Self.waitingOffset, SNAPSHOTDB_TURN_UNLOCK, 0)
+            case .unavailable: return .unavailable
+            case .timedOut: break
+            }
         }
         return wait(
             descriptor, Self.turnOffset, SNAPSHOTDB_TURN_EXCLUSIVE, until: deadline, markingAfter: patience)
