@@ -45,6 +45,23 @@ struct WriterTurnsTests {
         }
     }
 
+    /// A child running ``childTakesTurnsOnCommand()`` on the file at `path`.
+    static func startTurnsChild(_ path: String) throws -> ChildProcess {
+        try startChildTest("childTakesTurnsOnCommand", environmentKey: childKey, value: path)
+    }
+
+    /// Sends `command` to a turns child and returns its one-line answer.
+    static func ask(_ child: ChildProcess, _ command: String) throws -> String {
+        try child.send(command)
+        return try child.readLine()
+    }
+
+    /// Tells a turns child to end, and expects it to end well.
+    static func quit(_ child: ChildProcess, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        try child.send("quit")
+        #expect(child.finish() == 0, sourceLocation: sourceLocation)
+    }
+
     /// A file standing in for a `-wal` (SQLite takes no lock in it; the turns never create it).
     static func walStandIn(in directory: URL) throws -> String {
         let path = directory.appendingPathComponent("turns-wal").path
@@ -59,10 +76,8 @@ struct WriterTurnsTests {
     @Test func aProcessThatJustHadTheTurnLetsAWaitingProcessGoFirst() throws {
         try withTemporaryDirectory { directory throws in
             let path = try Self.walStandIn(in: directory)
-            let child = try startChildTest(
-                "childTakesTurnsOnCommand", environmentKey: Self.childKey, value: path)
-            try child.send("acquire")
-            #expect(try child.readLine() == "held")
+            let child = try Self.startTurnsChild(path)
+            #expect(try Self.ask(child, "acquire") == "held")
 
             let turns = WriterTurns(walPath: path, patience: .zero)
             let marked = DispatchSemaphore(value: 0)
@@ -81,10 +96,8 @@ struct WriterTurnsTests {
             #expect(outcome.withLock { $0 } == .held, "the waiting process went first")
             turns.finish(othersOfThisProcessWait: false)
             #expect(try child.readLine() == "held again", "the child had its turn next")
-            try child.send("release")
-            #expect(try child.readLine() == "released")
-            try child.send("quit")
-            #expect(child.finish() == 0)
+            #expect(try Self.ask(child, "release") == "released")
+            try Self.quit(child)
         }
     }
 
@@ -95,23 +108,17 @@ struct WriterTurnsTests {
     @Test func aTurnHeldPastTheDeadlineTimesOutAndIsNotKept() throws {
         try withTemporaryDirectory { directory throws in
             let path = try Self.walStandIn(in: directory)
-            let child = try startChildTest(
-                "childTakesTurnsOnCommand", environmentKey: Self.childKey, value: path)
-            try child.send("acquire")
-            #expect(try child.readLine() == "held")
+            let child = try Self.startTurnsChild(path)
+            #expect(try Self.ask(child, "acquire") == "held")
             let turns = WriterTurns(walPath: path, patience: .zero)
             #expect(turns.acquire(within: .milliseconds(50)) == .timedOut)
             #expect(turns.acquire(within: .zero) == .unavailable, "the abandoned wait is still out")
-            try child.send("release")
-            #expect(try child.readLine() == "released")
+            #expect(try Self.ask(child, "release") == "released")
             try #require(turns.helperFinished.wait(timeout: .now() + 30) == .success)
-            try child.send("try")
-            #expect(try child.readLine() == "held", "the abandoned wait let the turn go")
-            try child.send("release")
-            #expect(try child.readLine() == "released")
+            #expect(try Self.ask(child, "try") == "held", "the abandoned wait let the turn go")
+            #expect(try Self.ask(child, "release") == "released")
             #expect(turns.acquire(within: .zero) == .held, "the turns work again once the wait returned")
-            try child.send("quit")
-            #expect(child.finish() == 0)
+            try Self.quit(child)
         }
     }
 
@@ -121,14 +128,11 @@ struct WriterTurnsTests {
     @Test func aMarkedWriterThatNeverTakesItsTurnDoesNotHoldOthersBack() throws {
         try withTemporaryDirectory { directory throws in
             let path = try Self.walStandIn(in: directory)
-            let child = try startChildTest(
-                "childTakesTurnsOnCommand", environmentKey: Self.childKey, value: path)
-            try child.send("mark")
-            #expect(try child.readLine() == "marked")
+            let child = try Self.startTurnsChild(path)
+            #expect(try Self.ask(child, "mark") == "marked")
             let turns = WriterTurns(walPath: path)
             #expect(turns.acquire(within: .seconds(10)) == .held, "the free turn, after the handoff gave up")
-            try child.send("quit")
-            #expect(child.finish() == 0)
+            try Self.quit(child)
         }
     }
 
@@ -151,22 +155,6 @@ struct WriterTurnsTests {
             #expect(turns.acquireIfOthersWrite(headerChange: 9, within: .seconds(1)) == .held)
             turns.finish(othersOfThisProcessWait: false)
             #expect(turns.turnsTaken.load(ordering: .relaxed) == 2)
-        }
-    }
-
-    /// A turn kept for this process's next writer while it queues is given back when the
-    /// writer lock goes idle instead (another process would otherwise wait for it forever).
-    @Test func aKeptTurnIsGivenBackWhenNoWriterComes() throws {
-        try withTemporaryDirectory { directory throws in
-            let path = try Self.walStandIn(in: directory)
-            let turns = WriterTurns(walPath: path)
-            #expect(turns.acquire(within: .seconds(1)) == .held)
-            turns.finish(othersOfThisProcessWait: true)
-            let other = WriterTurns(walPath: path)
-            #expect(other.acquire(within: .zero) == .timedOut, "kept for the next writer")
-            turns.releaseCarried()
-            #expect(other.acquire(within: .zero) == .held)
-            #expect(!turns.takeCarried())
         }
     }
 
@@ -274,8 +262,7 @@ struct WriterTurnsTests {
             BusyTests.expectBusyWrite(writer)
             #expect(db.writerTurns.turnsTimedOut.load(ordering: .relaxed) == 1, "it waited for the turn")
             #expect(db.latestCommit == 3)
-            try child.send("go")
-            #expect(try child.readLine() == "committed")
+            #expect(try Self.ask(child, "go") == "committed")
             #expect(child.finish() == 0)
             try writer.readWrite { try $0.set(Item(title: "after"), forKey: "after", inCollection: "c") }
             #expect(db.latestCommit == 5)

@@ -39,6 +39,13 @@ final class Checkpointer: Sendable {
         var failedResets = 0
         var monitor = MonitorState()
         var subscribers = Subscribers<CheckpointEvent>(finishesOverflowingStreams: false)
+
+        /// Whether a commit taken in with `outcome` calls for a checkpoint: one is due, or the
+        /// WAL restarted while the monitor waits to announce its recovery.
+        func wantsCheckpoint(after outcome: WALProgress.CommitOutcome) -> Bool {
+            let monitorWaits = monitor.announcedStall || monitor.lastWarning != nil
+            return outcome.checkpointDue || (outcome.restarted && monitorWaits)
+        }
     }
 
     /// What the monitor told its listeners, for throttling and for the all-clear.
@@ -160,9 +167,7 @@ final class Checkpointer: Sendable {
         // The WAL-index header was being rewritten: read the salts from the file instead.
         if frames != nil, frames?.generation == nil { frames?.generation = walGeneration.read() }
         let shouldRequest = state.withLock { state in
-            let outcome = state.wal.recordCommit(commit, frames: frames)
-            let monitorWaits = state.monitor.announcedStall || state.monitor.lastWarning != nil
-            return outcome.checkpointDue || (outcome.restarted && monitorWaits)
+            state.wantsCheckpoint(after: state.wal.recordCommit(commit, frames: frames))
         }
         if let frames { metrics.recordWALBytes(walBytes(frames: frames.endFrame)) }
         if shouldRequest { requestCheckpoint() }
@@ -179,9 +184,7 @@ final class Checkpointer: Sendable {
     /// commit (a bookmark at the last published commit would seem to lag behind nothing).
     func didSeeCommit(_ commit: UInt64, frames: WALCommitFrames) {
         let shouldRequest = state.withLock { state in
-            let outcome = state.wal.recordSnapshot(commit, frames: frames)
-            let monitorWaits = state.monitor.announcedStall || state.monitor.lastWarning != nil
-            return outcome.checkpointDue || (outcome.restarted && monitorWaits)
+            state.wantsCheckpoint(after: state.wal.recordSnapshot(commit, frames: frames))
         }
         if shouldRequest { dueOncePublished.store(true, ordering: .releasing) }
     }

@@ -184,19 +184,21 @@ final class Writer: Sendable {
         waitingSince: ContinuousClock.Instant
     ) throws(DatabaseError) -> UInt64 {
         let configured = database.configuration.busyTimeout
-        let waited = ContinuousClock.now - waitingSince
         switch turn {
+        case .unavailable:
+            return try begin(handle, database: database)
         case .timedOut:
             return try handle.withBusyTimeout(.zero, restoring: configured) { () throws(DatabaseError) in
                 try begin(handle, database: database)
             }
-        case .held where waited > .milliseconds(1) && configured > .zero:
-            let left = max(.zero, configured - waited)
-            return try handle.withBusyTimeout(left, restoring: configured) { () throws(DatabaseError) in
-                try begin(handle, database: database)
+        case .held:
+            let waited = ContinuousClock.now - waitingSince
+            guard waited > .milliseconds(1) && configured > .zero else {
+                return try begin(handle, database: database)
             }
-        case .held, .unavailable:
-            return try begin(handle, database: database)
+            return try handle.withBusyTimeout(max(.zero, configured - waited), restoring: configured) {
+                () throws(DatabaseError) in try begin(handle, database: database)
+            }
         }
     }
 

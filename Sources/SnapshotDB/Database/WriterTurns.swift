@@ -151,11 +151,11 @@ final class WriterTurns: Sendable {
     let turnsTaken = Atomic<Int>(0)
     let turnsTimedOut = Atomic<Int>(0)
 
-    /// Turns on the `-wal` at `walPath`; none at all unless `enabled`
-    /// (``Configuration/writerTurns``).
     /// The longest a process keeps the turn for its next writers while they queue.
     let carryLimit: Duration
 
+    /// Turns on the `-wal` at `walPath`; none at all unless `enabled`
+    /// (``Configuration/writerTurns``).
     init(
         walPath: String, enabled: Bool = true, patience: Duration = .milliseconds(5),
         carryLimit: Duration = .milliseconds(20)
