@@ -19,7 +19,9 @@ func runScalingSuite(_ context: SuiteContext) throws -> SuiteReport {
                 + "summary: fold the returned changesets into a ChangeSummary (per changeset) and ask "
                 + "hasChange(forKey:inCollection:) (per question).",
             "commit-conns: one-row commits (synchronous NORMAL) with 1, 100 and 1,000 open connections that each "
-                + "read once (the median of 3 runs of 500 commits); commit-laggard: the same with one of them holding a bookmark from before. commit-p99: "
+                + "read once (the median of 3 runs of 500 commits); commit-laggard: the same with one of them holding a bookmark from before. "
+                + "commit-wal: 500 one-row commits (NORMAL) after 0, 10,000 and 30,000 (--quick: 3,000, 10,000) "
+                + "one-row commits filled the WAL, no checkpoint (C: the same with a counter row, the same pages). commit-p99: "
                 + "the 99th percentile over the median of one-row commits with 100 bookmarked readers that "
                 + "advance every 10 commits, medians of 3 runs of 3,000 commits; step 3 is the same commits with "
                 + "no reader (its p99, and its p99 over its median in parentheses), and C's are raw SQLite's "
@@ -125,6 +127,27 @@ func runScalingSuite(_ context: SuiteContext) throws -> SuiteReport {
             id,
             "one-row commit, NORMAL, 1 / 100 / 1,000 connections" + (laggard ? ", one a laggard" : ""),
             n: 1_000, times, limit: 1.5)
+    }
+    if context.wants("commit-wal") {
+        // The per-commit bookkeeping of the WAL (the checkpoint monitor's map from commits to
+        // frames) must not grow with the commits the WAL holds: one version copied the whole
+        // map at every commit, 40k instructions a commit after 1,000 commits, 123k after 10,000.
+        let steps = quick ? [0, 3_000, 10_000] : [0, 10_000, 30_000]
+        // The WAL itself grows to 120 MB, and SQLite and the file system pay for that too: C's
+        // commits after as many commits are beside, for the part that is not ours.
+        var rounds: [[Double]] = steps.map { _ in [] }
+        var roundsOfC: [[Double]] = steps.map { _ in [] }
+        for _ in 0..<(quick ? 1 : 3) {
+            for (index, before) in steps.enumerated() {
+                context.progress("(commit-wal) \(grouped(before)) commits in the WAL")
+                rounds[index].append(try bench.commitCostAfter(walCommits: before, commits: 500))
+                roundsOfC[index].append(try bench.commitCostAfterOfC(walCommits: before, commits: 500))
+            }
+        }
+        add(
+            "commit-wal",
+            "one-row commit, NORMAL, after \(steps.map(grouped).joined(separator: " / ")) commits in the WAL",
+            n: steps.last!, rounds.map(medianOf), c: roundsOfC.map(medianOf), limit: 1.5)
     }
     if context.wants("commit-p99") {
         context.progress("(commit-p99) 100 bookmarked readers, and none")
@@ -327,6 +350,44 @@ final class ScalingBench {
         }
         withExtendedLifetime(others) {}
         return time.seconds / Double(commits)
+    }
+
+    /// Seconds per one-row commit (NORMAL) once `walCommits` one-row commits fill the WAL (no
+    /// checkpoint runs: the threshold is out of reach).
+    func commitCostAfter(walCommits: Int, commits: Int) throws -> Double {
+        let db = try open(newPath("wal")) { $0.checkpointThresholdPages = 1 << 40 }
+        defer { try? db.close() }
+        try load(db, keys: 10_000)
+        let writer = db.newConnection(name: "writer")
+        var generator = SplitMix64(seed: 7)
+        let payload = benchmarkPayload(stamp: 1)
+        for _ in 0..<walCommits {
+            let key = benchmarkKey(Int(generator.next() % 10_000))
+            try writer.readWrite { txn in try txn.setData(payload, forKey: key, inCollection: "bench") }
+        }
+        let keys = (0..<commits).map { _ in benchmarkKey(Int(generator.next() % 10_000)) }
+        let payloads = (0..<commits).map { benchmarkPayload(stamp: UInt32($0 + 2)) }
+        let time = try timed {
+            for (key, payload) in zip(keys, payloads) {
+                try writer.readWrite { txn in try txn.setData(payload, forKey: key, inCollection: "bench") }
+            }
+        }
+        return time.seconds / Double(commits)
+    }
+
+    /// ``commitCostAfter(walCommits:commits:)`` for raw SQLite, with a counter row bumped in
+    /// every commit (the same pages as SnapshotDB's commits) and no checkpoint.
+    func commitCostAfterOfC(walCommits: Int, commits: Int) throws -> Double {
+        let subject = try SQLiteSubject(path: newPath("wal-c"), sync: .normal, checkpoints: .never)
+        defer { try? subject.close() }
+        try subject.load(keys: (0..<10_000).map(benchmarkKey), payload: benchmarkPayload())
+        var generator = SplitMix64(seed: 7)
+        let total = walCommits + commits
+        let latencies = try subject.writeTransactions(
+            keys: (0..<total).map { _ in benchmarkKey(Int(generator.next() % 10_000)) },
+            payloads: (0..<total).map { benchmarkPayload(stamp: UInt32($0 + 2)) }, laggardAfter: nil,
+            bumpingCounter: true)
+        return latencies.suffix(commits).reduce(Duration.zero, +).seconds / Double(commits)
     }
 
     /// The median and 99th percentile of one-row commit latency (NORMAL) while `readers`

@@ -167,7 +167,11 @@ final class Checkpointer: Sendable {
         // The WAL-index header was being rewritten: read the salts from the file instead.
         if frames != nil, frames?.generation == nil { frames?.generation = walGeneration.read() }
         let shouldRequest = state.withLock { state in
-            state.wantsCheckpoint(after: state.wal.recordCommit(commit, frames: frames))
+            // Two statements: `state.wantsCheckpoint(after: state.wal.recordCommit(…))` loads
+            // `state` for the call before the argument mutates it, and that copy made the frame
+            // map copy all its entries at every commit (one per commit since the last reset).
+            let outcome = state.wal.recordCommit(commit, frames: frames)
+            return state.wantsCheckpoint(after: outcome)
         }
         if let frames { metrics.recordWALBytes(walBytes(frames: frames.endFrame)) }
         if shouldRequest { requestCheckpoint() }
@@ -184,7 +188,8 @@ final class Checkpointer: Sendable {
     /// commit (a bookmark at the last published commit would seem to lag behind nothing).
     func didSeeCommit(_ commit: UInt64, frames: WALCommitFrames) {
         let shouldRequest = state.withLock { state in
-            state.wantsCheckpoint(after: state.wal.recordSnapshot(commit, frames: frames))
+            let outcome = state.wal.recordSnapshot(commit, frames: frames)  // (see `didCommit`)
+            return state.wantsCheckpoint(after: outcome)
         }
         if shouldRequest { dueOncePublished.store(true, ordering: .releasing) }
     }
