@@ -101,6 +101,44 @@ struct SortKeyTests {
         #expect(SortKey(false) < SortKey(true) && SortKey(.descending(true)) < SortKey(.descending(false)))
     }
 
+    /// A keyed view's build orders its items by eight key bytes at a time (see
+    /// `ViewWriter.keyedOrder`): the same order as comparing whole keys and then items, for
+    /// keys that share prefixes of every length across the eight-byte steps, keys that are
+    /// prefixes of others, trailing NULs (which the zero padding must not confuse with a
+    /// shorter key), empty keys and equal keys of different items.
+    @Test func aBuildOrdersKeysAsWholeKeysCompare() {
+        var random = SeededGenerator(state: 29)
+        let stems: [[UInt8]] = [
+            [], [0], [0, 0], Array("inbox".utf8), Array("inbox\u{0}".utf8), Array("abcdefgh".utf8),
+            Array("abcdefgh".utf8) + [0], Array("abcdefghabcdefgh".utf8), Array(repeating: 0xFF, count: 9),
+        ]
+        for round in 0..<20 {
+            let count = [1, 2, 7, 300][round % 4]
+            var keys: [[UInt8]] = []
+            var items: [ViewItem] = []
+            for index in 0..<count {
+                var key = stems.randomElement(using: &random)!
+                for _ in 0..<Int.random(in: 0...2, using: &random) {
+                    key += stems.randomElement(using: &random)!
+                }
+                if Bool.random(using: &random) {
+                    key += (0..<Int.random(in: 0...10, using: &random)).map { _ in
+                        [0, 1, 0x61, 0xFE, 0xFF].randomElement(using: &random)!
+                    }
+                }
+                keys.append(key)
+                items.append(
+                    ViewItem(
+                        collection: "c\(index % 3)", key: "k\(Int.random(in: 0..<count, using: &random))"))
+            }
+            let expected = keys.indices.sorted { SortKey.less(keys[$0], items[$0], keys[$1], items[$1]) }
+            let order = ViewWriter<Int>.keyedOrder(keys, items)
+            let sorted = { (positions: [Int]) in positions.map { (keys[$0], items[$0]) } }
+            #expect(sorted(order).elementsEqual(sorted(expected)) { $0 == $1 }, "round \(round)")
+            #expect(order.sorted() == Array(keys.indices), "round \(round): every item once")
+        }
+    }
+
     @Test func optionalsPutNilFirstAndCompoundKeysCompareInOrder() {
         var random = SeededGenerator(state: 13)
         let optionals: [Int?] = [nil, Int.min, -1, 0, 1, Int.max]

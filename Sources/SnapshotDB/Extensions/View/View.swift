@@ -481,6 +481,12 @@ struct ViewMembership {
 /// What a view's writer keeps from one write transaction to the next: the layout (which the
 /// next transaction would otherwise take from the published one, or load) and the values it
 /// decoded to compare items. Valid only for the commit it is stamped with (``ExtensionCaches``).
+/// A key's eight bytes at some offset and its index, in ``ViewWriter/keyedOrder(_:_:)``.
+struct KeyedOrderEntry {
+    var prefix: UInt64
+    var index: Int
+}
+
 final class ViewWriterCache<Value> {
     let layout: ViewLayout
     let decoded: [ViewItem: Value]
@@ -773,44 +779,12 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
     /// most of a rebuild.
     private func sorted(_ members: Members) -> (items: [ViewItem], keys: [[UInt8]]?, positions: [Int]) {
         let items = members.items
-        var positions = Array(0..<items.count)
         if order.keyed {
-            // The keys side by side in one buffer: a comparison is one `memcmp` where they lie,
-            // with no array retained or released (comparing `[[UInt8]]` elements cost most of
-            // the sort, about 9k instructions per item at 50,000 items).
             let keys = members.keys
-            var flat: [UInt8] = []
-            var starts: [Int] = []
-            starts.reserveCapacity(keys.count + 1)
-            for key in keys {
-                starts.append(flat.count)
-                flat += key
-            }
-            starts.append(flat.count)
-            // Each key's first eight bytes as one big-endian integer, zero-padded: two integers
-            // that differ order their keys as `memcmp` would (a shorter key reads as followed by
-            // zeros, and comes first in `memcmp` too), so only keys whose first eight bytes
-            // agree are compared further (sorting 50,000 keys of 80 characters took half the
-            // instructions).
-            let prefixes = keys.map { key in
-                var prefix: UInt64 = 0
-                for index in 0..<8 { prefix = prefix << 8 | UInt64(index < key.count ? key[index] : 0) }
-                return prefix
-            }
-            flat.withUnsafeBytes { buffer in
-                starts.withUnsafeBufferPointer { starts in
-                    positions.sort { a, b in
-                        if prefixes[a] != prefixes[b] { return prefixes[a] < prefixes[b] }
-                        return SortKey.less(
-                            keyOrder: SortKey.compare(
-                                UnsafeRawBufferPointer(rebasing: buffer[starts[a]..<starts[a + 1]]),
-                                UnsafeRawBufferPointer(rebasing: buffer[starts[b]..<starts[b + 1]])),
-                            items[a], items[b])
-                    }
-                }
-            }
+            let positions = Self.keyedOrder(keys, items)
             return (positions.map { items[$0] }, positions.map { keys[$0] }, positions)
         }
+        var positions = Array(0..<items.count)
         // Read through buffers: `Array`'s subscript is not specialized in this generic code and
         // cost about 18 instructions a read beside the value's copy (callgrind, 50,000 notes:
         // the sort 470M → 421M instructions). Each value is still copied for the call: the
@@ -826,6 +800,58 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
             }
         }
         return (positions.map { items[$0] }, nil, positions)
+    }
+
+    /// The order of items with encoded sort `keys` in a keyed view: `result[i]` is the index of
+    /// the `i`th item (the keys' bytes, then the items, as ``SortKey/less(keyOrder:_:_:)``).
+    ///
+    /// Sorts pairs of eight bytes of each key (as one big-endian integer, zero-padded) and the
+    /// key's index, side by side in one array; then each run of equal pairs by the next eight
+    /// bytes, and so on; keys with no bytes left are ordered by `memcmp` (which puts the shorter
+    /// first, as the zero padding does) and then by item. A sort of indices that read each
+    /// key's prefix from another array fetched two random cache lines per comparison: a
+    /// million keys of nine digits sorted in 0.27–0.30 s that way, and in 0.14 s this way (with
+    /// a six-byte prefix shared by all, 0.48–0.64 s against 0.25 s).
+    static func keyedOrder(_ keys: [[UInt8]], _ items: [ViewItem]) -> [Int] {
+        var entries = keys.indices.map { KeyedOrderEntry(prefix: 0, index: $0) }
+        entries.withUnsafeMutableBufferPointer { sortKeyed($0, at: 0, keys, items) }
+        return entries.map(\.index)
+    }
+
+    /// Sorts `entries` whose keys agree before byte `offset` (see ``keyedOrder(_:_:)``).
+    private static func sortKeyed(
+        _ entries: UnsafeMutableBufferPointer<KeyedOrderEntry>, at offset: Int, _ keys: [[UInt8]],
+        _ items: [ViewItem]
+    ) {
+        var entries = entries
+        var longer = false
+        for position in entries.indices {
+            keys[entries[position].index].withUnsafeBufferPointer { bytes in
+                var prefix: UInt64 = 0
+                for index in offset..<offset + 8 {
+                    prefix = prefix << 8 | UInt64(index < bytes.count ? bytes[index] : 0)
+                }
+                entries[position].prefix = prefix
+                if bytes.count > offset + 8 { longer = true }
+            }
+        }
+        entries.sort { $0.prefix < $1.prefix }
+        var start = 0
+        while start < entries.count {
+            var end = start + 1
+            while end < entries.count, entries[end].prefix == entries[start].prefix { end += 1 }
+            if end - start > 1 {
+                var run = UnsafeMutableBufferPointer(rebasing: entries[start..<end])
+                if longer, run.contains(where: { keys[$0.index].count > offset + 8 }) {
+                    sortKeyed(run, at: offset + 8, keys, items)
+                } else {
+                    run.sort { a, b in
+                        SortKey.less(keys[a.index], items[a.index], keys[b.index], items[b.index])
+                    }
+                }
+            }
+            start = end
+        }
     }
 
     /// Places the items waiting in ``pending``. A group that gets few is searched once per
