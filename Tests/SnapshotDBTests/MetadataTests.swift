@@ -101,6 +101,33 @@ struct MetadataTests {
         }
     }
 
+    /// A bare `nil` literal compiles where metadata goes (a new user's `metadata: nil` and
+    /// `setMetadata(nil, …)` did not: `nil` names no metadata type) and removes the metadata.
+    @Test func aNilLiteralRemovesMetadata() throws {
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                try txn.set(Item(title: "a"), forKey: "a", inCollection: "c", metadata: Stamp(modified: 1))
+                try txn.set(Item(title: "b"), forKey: "b", inCollection: "c", metadata: Stamp(modified: 2))
+            }
+            let before = writer.snapshot
+            try writer.readWrite { txn throws in
+                try txn.set(Item(title: "a2"), forKey: "a", inCollection: "c", metadata: nil)
+                #expect(try txn.setMetadata(nil, forKey: "b", inCollection: "c"))
+                #expect(try !txn.setMetadata(nil, forKey: "absent", inCollection: "c"), "no value there")
+            }
+            try writer.read { txn throws in
+                #expect(try txn.value(forKey: "a", inCollection: "c", as: Item.self) == Item(title: "a2"))
+                #expect(try txn.metadata(forKey: "a", inCollection: "c", as: Stamp.self) == nil)
+                #expect(try txn.value(forKey: "b", inCollection: "c", as: Item.self) == Item(title: "b"))
+                #expect(try txn.metadata(forKey: "b", inCollection: "c", as: Stamp.self) == nil)
+                let changes = try txn.changes(after: before)
+                #expect(changes.map(\.setKeys) == [["c": ["a", "b"]]])
+                #expect(changes.allSatisfy { $0.removedKeys.isEmpty })
+            }
+        }
+    }
+
     @Test func aVersionOneFileIsMigratedWithItsValues() throws {
         try withTemporaryDirectory { directory throws in
             let path = directory.appendingPathComponent("v1.sqlite").path

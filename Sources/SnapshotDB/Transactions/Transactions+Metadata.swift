@@ -32,9 +32,9 @@ extension ReadTransaction {
 }
 
 extension ReadWriteTransaction {
-    /// Stores `value` and its `metadata` (replacing both) under `key` in `collection`. A `nil`
-    /// of type `M?` stores the value with no metadata; a bare `nil` literal cannot name `M`: call
-    /// ``set(_:forKey:inCollection:)`` and ``removeMetadata(forKey:inCollection:)`` instead.
+    /// Stores `value` and its `metadata` (replacing both) under `key` in `collection`. A `nil` of
+    /// type `M?` stores the value with no metadata, as a bare `nil` literal does (it calls the
+    /// overload that takes `Never?`).
     ///
     /// - Throws: `encodingFailed` when the codec refuses either, and what
     ///   ``set(_:forKey:inCollection:)`` throws.
@@ -49,10 +49,26 @@ extension ReadWriteTransaction {
         try storeData(data, forKey: key, inCollection: collection, metadata: .some(metadata))
     }
 
+    /// Stores `value` with no metadata under `key` in `collection` (its metadata, if any, is
+    /// removed): the form a bare `nil` literal calls, which names no metadata type.
+    ///
+    /// ```swift
+    /// try txn.set(note, forKey: "1", inCollection: "notes", metadata: nil)
+    /// ```
+    ///
+    /// - Throws: what ``set(_:forKey:inCollection:)`` throws.
+    public func set<T: Encodable>(
+        _ value: T, forKey key: String, inCollection collection: String, metadata: Never?
+    ) throws(DatabaseError) {
+        try checkActive()
+        let data = try encode(value, key: key, collection: collection)
+        try storeData(data, forKey: key, inCollection: collection, metadata: .some(nil))
+    }
+
     /// Replaces the metadata of the value under `key` in `collection` without rewriting the
     /// value; returns whether there is a value there (without one, nothing is stored, as in
-    /// YapDatabase). A `nil` of type `M?` removes the metadata; a bare `nil` literal cannot
-    /// name `M`: call ``removeMetadata(forKey:inCollection:)``.
+    /// YapDatabase). A `nil` of type `M?` removes the metadata, as a bare `nil` literal does
+    /// (``removeMetadata(forKey:inCollection:)``).
     @discardableResult
     public func setMetadata<M: Encodable>(_ metadata: M?, forKey key: String, inCollection collection: String)
         throws(DatabaseError) -> Bool
@@ -63,6 +79,15 @@ extension ReadWriteTransaction {
             try encode(metadata, key: key, collection: collection)
         }
         return try storeMetadata(data, forKey: key, inCollection: collection)
+    }
+
+    /// Removes the metadata of the value under `key` in `collection`: the form a bare `nil`
+    /// literal calls, the same as ``removeMetadata(forKey:inCollection:)``.
+    @discardableResult
+    public func setMetadata(_ metadata: Never?, forKey key: String, inCollection collection: String)
+        throws(DatabaseError) -> Bool
+    {
+        try removeMetadata(forKey: key, inCollection: collection)
     }
 
     /// Removes the metadata of the value under `key` in `collection`, keeping the value; returns
