@@ -75,4 +75,21 @@ final class ExtensionCaches: Sendable {
         entries.withLock { apply(&$0, kept) }
         shared.withLock { apply(&$0, published) }
     }
+
+    /// ``didCommit(_:from:kept:published:written:)`` for a transaction that wrote to one
+    /// extension, `name`, and dropped none.
+    func didCommit(
+        _ commit: UInt64, from start: UInt64, name: String, kept: AnyObject?, published: AnyObject?
+    ) {
+        func apply(_ entries: inout [String: Entry], _ new: AnyObject?) {
+            if entries.count > (entries[name] == nil ? 0 : 1) {
+                for (other, entry) in entries where other != name && entry.commit == start {
+                    entries[other]?.commit = commit
+                }
+            }
+            entries[name] = new.map { Entry(commit: commit, cache: $0) }
+        }
+        entries.withLock { apply(&$0, kept) }
+        shared.withLock { apply(&$0, published) }
+    }
 }
