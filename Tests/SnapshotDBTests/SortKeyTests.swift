@@ -112,12 +112,16 @@ struct SortKeyTests {
             [], [0], [0, 0], Array("inbox".utf8), Array("inbox\u{0}".utf8), Array("abcdefgh".utf8),
             Array("abcdefgh".utf8) + [0], Array("abcdefghabcdefgh".utf8), Array(repeating: 0xFF, count: 9),
         ]
-        for round in 0..<20 {
-            let count = [1, 2, 7, 300][round % 4]
+        // Keys that agree on thousands of bytes (a view sorted by a note's body), some equal
+        // whole: past the depth the build sorts eight bytes at a time, whole keys decide.
+        let long = (0..<5_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        for round in 0..<24 {
+            let count = [0, 1, 2, 7, 300, 40][round % 6]
             var keys: [[UInt8]] = []
             var items: [ViewItem] = []
             for index in 0..<count {
-                var key = stems.randomElement(using: &random)!
+                var key = round % 6 == 5 ? long : []
+                key += stems.randomElement(using: &random)!
                 for _ in 0..<Int.random(in: 0...2, using: &random) {
                     key += stems.randomElement(using: &random)!
                 }

@@ -56,7 +56,10 @@ extension ReadWriteTransaction {
     /// try txn.set(note, forKey: "1", inCollection: "notes", metadata: nil)
     /// ```
     ///
-    /// - Throws: what ``set(_:forKey:inCollection:)`` throws.
+    /// As in the generic form with metadata, a `value` that is an `Optional`'s `nil` is stored
+    /// (encoded), where ``set(_:forKey:inCollection:)`` removes the key.
+    ///
+    /// - Throws: what the generic form throws.
     public func set<T: Encodable>(
         _ value: T, forKey key: String, inCollection collection: String, metadata: Never?
     ) throws(DatabaseError) {
