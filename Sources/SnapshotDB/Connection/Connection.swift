@@ -105,26 +105,29 @@ public final class Connection: Sendable {
     ) async throws -> T {
         try Task.checkCancellation()
         let cancellation = TaskCancellation()
+        let handoff = ResultHandoff<T>()
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let lease = CoreLease(core)
                 queue.async { [id] in
-                    let result: Result<T, any Error>
+                    // The caller may release the connection and the database as soon as it
+                    // resumes: the last reference must not be the one this block drops later
+                    // (the core and the result are out of scope before the resumption).
                     do {
                         let core = lease.take()
-                        result = Result {
-                            try core.database.checkOpen()
-                            return try ActiveConnections.running(id) { try body(core, cancellation) }
-                        }
+                        handoff.put(
+                            Result {
+                                try core.database.checkOpen()
+                                return try ActiveConnections.running(id) { try body(core, cancellation) }
+                            })
                     }
-                    // The caller may release the connection and the database as soon as it
-                    // resumes: the last reference must not be the one this block drops later.
-                    continuation.resume(with: result)
+                    continuation.resume()
                 }
                 #if DEBUG
                     queuedAsyncCalls.increment()
                 #endif
             }
+            return try handoff.take().get()
         } onCancel: {
             cancellation.cancel()
         }
@@ -339,6 +342,24 @@ final class QueuedCallCount: @unchecked Sendable {
             if !condition.wait(until: deadline) { return count >= target }
         }
         return true
+    }
+}
+
+/// Hands the result of a block on a connection's queue to the task that awaits it, through a
+/// lock: the continuation's resumption orders the two as well, but ThreadSanitizer on Linux
+/// does not see that order, and reported the caller's first read of a changeset the block had
+/// made as a race (a CI run of `ConsumerTests`). The lock is what TSan sees (a pthread mutex in
+/// its builds, see `SnapshotDBLocking`).
+private final class ResultHandoff<T: Sendable>: Sendable {
+    private let result = Mutex<Result<T, any Error>?>(nil)
+
+    func put(_ value: Result<T, any Error>) { result.withLock { $0 = value } }
+
+    func take() -> Result<T, any Error> {
+        result.withLock { value in
+            defer { value = nil }
+            return value!
+        }
     }
 }
 
