@@ -201,6 +201,10 @@ extension Database {
         writer.lock.lock()
         defer { writer.lock.unlock() }
         try handle.execute("VACUUM")
+        // The VACUUM's commit is this process's: its change counter must not pass for another
+        // writer's (which would make this process take turns, see `WriterTurns`).
+        handle.lookUpWALIndex()
+        if let header = handle.walIndexHeader() { writerTurns.didCommit(change: header.change) }
         checkpointer.didCommit(latestCommit, frames: handle.takeCommitFrames())
         checkpointer.requestCheckpoint()
     }
