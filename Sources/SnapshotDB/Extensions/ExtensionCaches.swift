@@ -58,38 +58,36 @@ final class ExtensionCaches: Sendable {
         return entry.cache
     }
 
-    /// A write transaction that started from `start` made `commit`: stores the caches its
-    /// writers kept, and restamps the entries of extensions it did not write to (their tables
-    /// are as they were).
-    func didCommit(
-        _ commit: UInt64, from start: UInt64, kept: [String: AnyObject], published: [String: AnyObject],
-        written: Set<String>
-    ) {
-        func apply(_ entries: inout [String: Entry], _ new: [String: AnyObject]) {
-            for (name, entry) in entries where !written.contains(name) && entry.commit == start {
-                entries[name]?.commit = commit
-            }
-            for name in written { entries[name] = nil }
-            for (name, cache) in new { entries[name] = Entry(commit: commit, cache: cache) }
-        }
-        entries.withLock { apply(&$0, kept) }
-        shared.withLock { apply(&$0, published) }
+    /// An extension a write transaction wrote to (or dropped), and the caches its writer left:
+    /// `nil` for none (a dropped or rebuilt extension leaves none).
+    struct Written {
+        var name: String
+        var kept: AnyObject?
+        var published: AnyObject?
     }
 
-    /// ``didCommit(_:from:kept:published:written:)`` for a transaction that wrote to one
-    /// extension, `name`, and dropped none.
-    func didCommit(
-        _ commit: UInt64, from start: UInt64, name: String, kept: AnyObject?, published: AnyObject?
-    ) {
-        func apply(_ entries: inout [String: Entry], _ new: AnyObject?) {
-            if entries.count > (entries[name] == nil ? 0 : 1) {
-                for (other, entry) in entries where other != name && entry.commit == start {
-                    entries[other]?.commit = commit
+    /// A write transaction that started from `start` made `commit`: stores the caches of the
+    /// extensions it wrote to, and restamps the entries of the others (their tables are as they
+    /// were).
+    func didCommit(_ commit: UInt64, from start: UInt64, written: [Written]) {
+        func apply(_ entries: inout [String: Entry], _ cache: (Written) -> AnyObject?) {
+            // Through indices, changing values in place: a `for` over the dictionary would hold
+            // a copy of it, and the first change would copy it whole.
+            var index = entries.startIndex
+            while index != entries.endIndex {
+                if entries.values[index].commit == start {
+                    let name = entries.keys[index]
+                    if !written.contains(where: { $0.name == name }) { entries.values[index].commit = commit }
+                }
+                entries.formIndex(after: &index)
+            }
+            for extensionWritten in written {
+                entries[extensionWritten.name] = cache(extensionWritten).map {
+                    Entry(commit: commit, cache: $0)
                 }
             }
-            entries[name] = new.map { Entry(commit: commit, cache: $0) }
         }
-        entries.withLock { apply(&$0, kept) }
-        shared.withLock { apply(&$0, published) }
+        entries.withLock { apply(&$0, \.kept) }
+        shared.withLock { apply(&$0, \.published) }
     }
 }

@@ -193,26 +193,16 @@ final class ExtensionWriters {
         if writers.isEmpty && reset.isEmpty && core.database.extensionCount.load(ordering: .acquiring) == 0 {
             return
         }
-        guard !writers.isEmpty || !reset.isEmpty else {
-            core.database.extensionCaches.didCommit(
-                commit, from: start, kept: [:], published: [:], written: [])
-            return
-        }
-        // One writer and nothing reset, the usual write: no dictionaries and sets to build
-        // (about 5k instructions of a one-row move into a view).
-        if writers.count == 1, reset.isEmpty, let (name, writer) = writers.first {
-            core.database.extensionCaches.didCommit(
-                commit, from: start, name: name, kept: writer.keptCache(), published: writer.publishedState())
-            return
-        }
-        var kept: [String: AnyObject] = [:]
-        var published: [String: AnyObject] = [:]
+        // (One array of what was written, not dictionaries and sets of it: the usual write
+        // touches one extension, and building those was about 5k instructions of a one-row move
+        // into a view.)
+        var written: [ExtensionCaches.Written] = []
+        written.reserveCapacity(writers.count + reset.count)
         for (name, writer) in writers where !reset.contains(name) {
-            if let cache = writer.keptCache() { kept[name] = cache }
-            if let state = writer.publishedState() { published[name] = state }
+            written.append(.init(name: name, kept: writer.keptCache(), published: writer.publishedState()))
         }
-        core.database.extensionCaches.didCommit(
-            commit, from: start, kept: kept, published: published, written: Set(writers.keys).union(reset))
+        for name in reset { written.append(.init(name: name, kept: nil, published: nil)) }
+        core.database.extensionCaches.didCommit(commit, from: start, written: written)
     }
 
     /// What the extensions add to the commit's changeset.

@@ -479,7 +479,7 @@ struct ViewMembership {
 }
 
 /// A key's eight bytes at some offset and its index, in ``ViewWriter/keyedOrder(_:_:)``.
-struct KeyedOrderEntry {
+private struct KeyedOrderEntry {
     var prefix: UInt64
     var index: Int
 }
@@ -809,10 +809,9 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
     /// key's index, side by side in one array; then each run of equal pairs by the next eight
     /// bytes, and so on, to at most 72 bytes; keys with no bytes left, or still equal there, are
     /// ordered by `memcmp` (which puts the shorter first, as the zero padding does) and then by
-    /// item. A sort of indices that read each
-    /// key's prefix from another array fetched two random cache lines per comparison: a
-    /// million keys of nine digits sorted in 0.27–0.30 s that way, and in 0.14 s this way (with
-    /// a six-byte prefix shared by all, 0.48–0.64 s against 0.25 s).
+    /// item. A sort of indices that read each key's prefix from another array fetched two random
+    /// cache lines per comparison: a million keys of nine digits sorted in 0.27–0.30 s that way,
+    /// and in 0.14 s this way (with a six-byte prefix shared by all, 0.48–0.64 s against 0.25 s).
     static func keyedOrder(_ keys: [[UInt8]], _ items: [ViewItem]) -> [Int] {
         var entries = keys.indices.map { KeyedOrderEntry(prefix: 0, index: $0) }
         entries.withUnsafeMutableBufferPointer { sortKeyed($0, at: 0, keys, items) }
