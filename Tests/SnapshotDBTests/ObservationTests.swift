@@ -155,3 +155,81 @@ extension ObservationTests {
         }
     }
 }
+
+/// The observer is pulled: it reads when its consumer asks, so a slow consumer gets the newest
+/// value and no backlog.
+@Suite("Observation, pulled", .hangLimit)
+struct PulledObservationTests {
+    @Test func aSlowConsumerGetsTheNewestValueNotEachOneItMissed() async throws {
+        try await withTemporaryDatabase { db in
+            let writer = db.newConnection(name: "writer")
+            var values = db.observe(forKey: "k", inCollection: "c", as: Int.self).makeAsyncIterator()
+            #expect(try await values.next() == .some(nil))
+            for value in 1...50 {
+                try await writer.readWrite { try $0.set(value, forKey: "k", inCollection: "c") }
+            }
+            // All 50 commits landed before the consumer asked: one element, the newest.
+            #expect(try await values.next() == 50)
+            try await writer.readWrite { try $0.set(51, forKey: "k", inCollection: "c") }
+            #expect(try await values.next() == 51)
+        }
+    }
+
+    @Test func aValueThatCameBackBeforeTheConsumerAskedYieldsNothing() async throws {
+        try await withTemporaryDatabase { db in
+            let writer = db.newConnection(name: "writer")
+            try await writer.readWrite { try $0.set("a", forKey: "k", inCollection: "c") }
+            var values = db.observe(forKey: "k", inCollection: "c", as: String.self).makeAsyncIterator()
+            #expect(try await values.next() == "a")
+            try await writer.readWrite { try $0.set("b", forKey: "k", inCollection: "c") }
+            try await writer.readWrite { try $0.set("a", forKey: "k", inCollection: "c") }
+            try await writer.readWrite { try $0.set("c", forKey: "k", inCollection: "c") }
+            // "a" again would tell the consumer nothing it did not have.
+            #expect(try await values.next() == "c")
+        }
+    }
+
+    /// More commits than the `changes()` buffer holds: its stream ends, the observer subscribes
+    /// again and reads again, and misses nothing.
+    @Test func anObserverThatFellBehindItsChangesBufferCatchesUp() async throws {
+        var configuration = Configuration()
+        configuration.changesBufferLimit = 2
+        try await withTemporaryDatabase(configuration: configuration) { db in
+            let writer = db.newConnection(name: "writer")
+            var contents = db.observe(collection: "c", as: Int.self).makeAsyncIterator()
+            #expect(try await contents.next() == [:])
+            for value in 1...10 {
+                try await writer.readWrite { try $0.set(value, forKey: "k\(value)", inCollection: "c") }
+            }
+            let all = Dictionary(uniqueKeysWithValues: (1...10).map { ("k\($0)", $0) })
+            #expect(try await contents.next() == all)
+            // Subscribed again: the next commit is seen, and only once.
+            try await writer.readWrite { try $0.removeValue(forKey: "k1", inCollection: "c") }
+            try await writer.readWrite { try $0.set(0, forKey: "other", inCollection: "d") }
+            try await writer.readWrite { try $0.set(11, forKey: "k11", inCollection: "c") }
+            var expected = all
+            expected["k1"] = nil
+            expected["k11"] = 11
+            #expect(try await contents.next() == expected)
+        }
+    }
+
+    @Test func cancellingTheConsumingTaskEndsTheSequence() async throws {
+        try await withTemporaryDatabase { db in
+            let (started, startedContinuation) = AsyncStream<Void>.makeStream()
+            let consumer = Task {
+                var count = 0
+                for try await _ in db.observe(forKey: "k", inCollection: "c", as: Int.self) {
+                    count += 1
+                    startedContinuation.yield()
+                }
+                return count
+            }
+            // The first element arrived; the consumer now waits for a commit that never comes.
+            for await _ in started { break }
+            consumer.cancel()
+            let count = try await consumer.value
+            #expect(count == 1)
+        }
+    }
+}

@@ -5,12 +5,14 @@ extension Database {
     ///
     /// Yields the current value first (`nil` when there is none), then the new value after each
     /// commit that changed it, commits made outside this database included; a commit that
-    /// rewrote the same bytes yields nothing. Each step reads the newest value: commits that land
-    /// before the observer reads are coalesced into one element holding the newest value (the
-    /// values in between are not kept anywhere to read); the elements yielded wait in the
-    /// stream's buffer until the caller takes them. Built on ``changes()`` (subscribed before the first
-    /// read, so no commit falls in between) and a connection of its own, which keeps the database
-    /// open as any connection does. The sequence ends when the task iterating it is cancelled or
+    /// rewrote the same bytes yields nothing. The sequence is pulled: each `next()` waits for a
+    /// commit that changed the key, then reads the newest value. Commits that land before the
+    /// caller asks are coalesced into one element holding the newest value (the values in
+    /// between are not kept anywhere to read), so a slow consumer never works through a backlog
+    /// of stale values, and nothing is read or buffered while nobody asks. (A key that went
+    /// from A to B and back to A between two `next()` calls yields nothing for those commits.)
+    /// Built on ``changes()`` (subscribed before the first read, so no commit falls in between)
+    /// and a connection of its own, which keeps the database open as any connection does. The sequence ends when the task iterating it is cancelled or
     /// the database is closed, and throws when a read fails (`decodingFailed` for a stored value
     /// that is not a `T`). A commit that only touched the key (``ReadWriteTransaction/touch(forKey:inCollection:)``)
     /// left its bytes as they were, and yields nothing here.
@@ -62,46 +64,98 @@ extension Database {
             })
     }
 
-    /// Reads with `read` now and after every relevant commit, yielding when the bytes `read`
-    /// reports changed.
+    /// Reads with `read` when the caller asks for an element: first the current value, then
+    /// again after each relevant commit, yielding when the bytes `read` reports changed.
     private func observeChanges<Element: Sendable>(
         isRelevant: @escaping @Sendable (Changeset) -> Bool,
         read: @escaping @Sendable (ReadTransaction) throws -> (Data?, Element)
     ) -> AsyncThrowingStream<Element, any Error> {
-        let (stream, continuation) = AsyncThrowingStream<Element, any Error>.makeStream()
-        let connection = newConnection(name: "observer")
-        let database = WeakDatabase(self)
-        let task = Task {
-            var last: Data??
-            do {
-                // A changes() stream that overflowed or ended is subscribed again, and the
-                // value read again: nothing is missed.
-                while !Task.isCancelled, let db = database.database, !db.isClosed {
-                    let commits = db.changes()
-                    let (bytes, element) = try await connection.read { try read($0) }
-                    if last == nil || last! != bytes {
-                        last = .some(bytes)
-                        continuation.yield(element)
+        let observation = Observation(
+            database: WeakDatabase(self), connection: newConnection(name: "observer"),
+            isRelevant: isRelevant, read: read)
+        return AsyncThrowingStream { try await observation.next() }
+    }
+}
+
+/// The state of one ``Database/observe(forKey:inCollection:as:)`` or
+/// ``Database/observe(collection:as:)`` sequence, advanced by its consumer's `next()`.
+///
+/// Design: the sequence is pulled, not pushed. An earlier version read in a task of its own
+/// at every relevant commit and yielded into an unbounded buffer: a consumer that fell behind
+/// found a backlog of values already out of date (for a collection, a dictionary of the whole
+/// collection per commit), and the task read on while nobody asked. Here nothing runs between
+/// two `next()` calls except the `changes()` subscription, which buffers at most
+/// ``Configuration/changesBufferLimit`` changesets and ends on overflow (then this subscribes
+/// again and reads again: nothing is missed). `next()` waits for a relevant commit newer than
+/// the snapshot it last read, reads the newest commit, and returns the value unless its bytes
+/// are those it returned last. So a slow consumer gets the newest value when it asks, never a
+/// stale one, and the memory an observer holds does not grow with the commits it missed.
+/// (GRDB's `ValueObservation.values()` reads at each change into a buffer, unbounded by
+/// default; Swift's `Observations` (SE-0475) is pulled, like this.)
+private actor Observation<Element: Sendable> {
+    private let database: WeakDatabase
+    private let connection: Connection
+    private let isRelevant: @Sendable (Changeset) -> Bool
+    private let read: @Sendable (ReadTransaction) throws -> (Data?, Element)
+    /// The subscription, taken before the first read; `nil` before it and after it ended.
+    private var commits: AsyncStream<Changeset>.Iterator?
+    /// The bytes of the element returned last; `nil` before the first.
+    private var returned: Data??
+    /// The commit the last read saw: changesets up to it hold nothing that read missed.
+    private var readCommit: UInt64 = 0
+    private var ended = false
+
+    init(
+        database: WeakDatabase, connection: Connection, isRelevant: @escaping @Sendable (Changeset) -> Bool,
+        read: @escaping @Sendable (ReadTransaction) throws -> (Data?, Element)
+    ) {
+        self.database = database
+        self.connection = connection
+        self.isRelevant = isRelevant
+        self.read = read
+    }
+
+    func next() async throws -> Element? {
+        guard !ended else { return nil }
+        do {
+            while !Task.isCancelled, let db = database.database, !db.isClosed {
+                if var iterator = commits {
+                    // Taken out while it waits: an actor's property cannot be passed `inout`
+                    // across the suspension.
+                    commits = nil
+                    guard let changeset = await iterator.next(isolation: self) else {
+                        continue  // overflowed or ended: subscribe again and read again
                     }
-                    for await changeset in commits where isRelevant(changeset) {
-                        let (bytes, element) = try await connection.read { try read($0) }
-                        if last! != bytes {
-                            last = .some(bytes)
-                            continuation.yield(element)
-                        }
-                    }
+                    commits = iterator
+                    guard changeset.commit > readCommit, isRelevant(changeset) else { continue }
+                } else {
+                    // Subscribed before the read, so that no commit falls between the two.
+                    commits = db.changes().makeAsyncIterator()
                 }
-                continuation.finish()
-            } catch let error as DatabaseError where error.code == .databaseClosed {
-                continuation.finish()
-            } catch is CancellationError {
-                continuation.finish()
-            } catch {
-                continuation.finish(throwing: error)
+                let read = self.read
+                let (bytes, element, commit) = try await connection.read { transaction in
+                    let (bytes, element) = try read(transaction)
+                    return (bytes, element, transaction.commit)
+                }
+                readCommit = max(readCommit, commit)
+                if returned == nil || returned! != bytes {
+                    returned = .some(bytes)
+                    return element
+                }
             }
+        } catch let error as DatabaseError where error.code == .databaseClosed {
+        } catch is CancellationError {
+        } catch {
+            end()
+            throw error
         }
-        continuation.onTermination = { _ in task.cancel() }
-        return stream
+        end()
+        return nil
+    }
+
+    private func end() {
+        ended = true
+        commits = nil
     }
 }
 
