@@ -297,3 +297,66 @@ struct KeyedViewTests {
         }
     }
 }
+
+extension KeyedViewTests {
+    struct Entry: Codable, Sendable {
+        var group: Int
+        var rank: Int
+    }
+
+    /// A view built over values of `groups` groups (and some of none), each item's place read
+    /// through the map (`index(ofKey:)`) against the brute force; then every item moved once,
+    /// which finds its old place through the map the build wrote.
+    @Test(arguments: [3, 40]) func aBuildMapsEveryItemToItsPlace(groups: Int) throws {
+        let keyed = View<Entry>(
+            name: "keyed", version: "1", collections: ["e"],
+            group: { _, _, entry in entry.group < 0 ? nil : "g\(entry.group)" },
+            sortKey: { _, _, entry in SortKey(entry.rank) })
+        let closure = View<Entry>(
+            name: "closure", version: "1", collections: ["e"],
+            group: { _, _, entry in entry.group < 0 ? nil : "g\(entry.group)" },
+            areInIncreasingOrder: { $0.rank < $1.rank })
+        var random = SeededGenerator(state: UInt64(groups))
+        func entry() -> Entry {
+            Entry(
+                group: Int.random(in: -1..<groups, using: &random),
+                rank: Int.random(in: -50...50, using: &random))
+        }
+        func check(_ db: Database, _ context: String) throws {
+            try db.newConnection(name: "check").read { txn throws in
+                var expected: [String: [(ViewItem, Int)]] = [:]
+                for (key, entry) in try txn.values(inCollection: "e", as: Entry.self) where entry.group >= 0 {
+                    expected["g\(entry.group)", default: []].append(
+                        (ViewItem(collection: "e", key: key), entry.rank))
+                }
+                let rows = expected.mapValues { members in
+                    members.sorted { ($0.1, $0.0) < ($1.1, $1.0) }.map(\.0)
+                }
+                for name in ["keyed", "closure"] {
+                    let view = try txn.view(named: name)
+                    #expect(ViewTests.rows(view) == rows, "\(context): \(name)")
+                    for key in try txn.keys(inCollection: "e") {
+                        let group = try txn.value(forKey: key, inCollection: "e", as: Entry.self)!.group
+                        let place = rows["g\(group)"]?.firstIndex(of: ViewItem(collection: "e", key: key))
+                        #expect(
+                            view.index(ofKey: key, inCollection: "e")
+                                == place.map { ViewIndex(group: "g\(group)", index: $0) },
+                            "\(context): \(name), \(key)")
+                    }
+                }
+            }
+        }
+        try withTemporaryDatabase { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for index in 0..<600 { try txn.set(entry(), forKey: "k\(index)", inCollection: "e") }
+            }
+            try db.register([keyed, closure])
+            try check(db, "built")
+            for index in 0..<600 {
+                try writer.readWrite { try $0.set(entry(), forKey: "k\(index)", inCollection: "e") }
+            }
+            try check(db, "moved")
+        }
+    }
+}

@@ -72,7 +72,7 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
     /// Set while the tables are filled from empty: there is nothing stored to compare with.
     ///
     /// A rebuild inserts one row per statement, unlike a view's map (see
-    /// ``ViewPages/writeBuiltMap()``). A statement of several rows that may abort opens a
+    /// ``ViewPages/writeMap(count:row:)``). A statement of several rows that may abort opens a
     /// statement savepoint, and FTS5 writes the terms it holds in memory to disk at every
     /// savepoint: inserting the map rows sixteen per statement took a full-text build from 40k
     /// to about 74k instructions per item (callgrind, 50,000 values), one small segment per

@@ -21,14 +21,27 @@ struct PageItems: Equatable {
 
     /// A page of `items`, with their sort keys `keys` in a keyed view (`nil` otherwise).
     init(_ items: [ViewItem], keys: [[UInt8]]? = nil) {
+        self.init(items[...], keys: keys?[...])
+    }
+
+    /// A page of `items`, with their sort keys `keys` (indexed alike) in a keyed view.
+    init(_ items: ArraySlice<ViewItem>, keys: ArraySlice<[UInt8]>?) {
         precondition(keys == nil || keys!.count == items.count, "one sort key per item")
         keyed = keys != nil
-        bytes = [UInt8](repeating: 0, count: 8)
+        // The size known first: the bytes are allocated once, not grown as they are appended.
+        var size = 8
+        for index in items.indices {
+            size += 16 + items[index].collection.utf8.count + items[index].key.utf8.count
+            if let keys { size += 8 + keys[index].count }
+        }
+        bytes = []
+        bytes.reserveCapacity(size)
+        bytes += [0, 0, 0, 0, 0, 0, 0, 0]
         offsets = []
         offsets.reserveCapacity(items.count)
-        for (index, item) in items.enumerated() {
+        for index in items.indices {
             offsets.append(bytes.count)
-            Self.append(item, key: keys?[index], to: &bytes)
+            Self.append(items[index], key: keys?[index], to: &bytes)
         }
         storeCount()
     }

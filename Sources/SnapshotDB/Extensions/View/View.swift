@@ -708,9 +708,10 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
 
     var rebuildMemo: DecodeMemo? { context.memo }
 
-    /// The members a rebuild collects, by group, until ``endRebuild()`` sorts them: their values,
-    /// or in a keyed view their sort keys (and no values).
-    private var rebuildGroups: [String: Members] = [:]
+    /// The members a rebuild collects, by group, until ``endRebuild()`` sorts them (see
+    /// ``ViewRebuildMembers``); in a closure view their values too, by group and index in it.
+    private var rebuildMembers = ViewRebuildMembers()
+    private var rebuildValues: [[Value]] = []
 
     /// Items of one group with what orders them: `values` for a closure view, `keys` for a
     /// keyed one.
@@ -718,13 +719,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         var items: [ViewItem] = []
         var values: [Value] = []
         var keys: [[UInt8]] = []
-        /// In a rebuild, each item's place in the scan that fed it (the map's key order, see
-        /// ``ViewPages/writeBuiltMap()``).
-        var sequences: [Int] = []
     }
-
-    /// How many values the running rebuild was fed.
-    private var fed = 0
 
     func beginRebuild() throws(DatabaseError) {
         // New, empty tables: nothing to read.
@@ -733,24 +728,27 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
             caching: true)
         store = tree
         pending = [:]
-        rebuildGroups = [:]
-        fed = 0
+        rebuildMembers = ViewRebuildMembers()
+        rebuildValues = []
         try tree.removeEverything()
     }
 
     func feedRebuild(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {
         let item = ViewItem(collection: collection, key: key)
         let value = try order.decode(data, item)
-        defer { fed += 1 }
-        if let group = order.group(collection, key, value) {
-            add(item, value, to: &rebuildGroups[group, default: Members()], sequence: fed)
+        guard let group = order.group(collection, key, value) else { return }
+        if order.keyed {
+            rebuildMembers.add(item, group: group, key: order.sortKey(item, value))
+        } else {
+            let index = rebuildMembers.add(item, group: group, key: nil)
+            if index == rebuildValues.count { rebuildValues.append([]) }
+            rebuildValues[index].append(value)
         }
     }
 
     /// Adds `item` to `members` with what orders it.
-    private func add(_ item: ViewItem, _ value: Value, to members: inout Members, sequence: Int? = nil) {
+    private func add(_ item: ViewItem, _ value: Value, to members: inout Members) {
         members.items.append(item)
-        if let sequence { members.sequences.append(sequence) }
         if order.keyed {
             members.keys.append(order.sortKey(item, value))
         } else {
@@ -760,27 +758,43 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
 
     func endRebuild() throws(DatabaseError) {
         let tree = try pages()
-        for (group, members) in rebuildGroups {
-            let (items, keys, positions) = sorted(members)
-            try tree.build(
-                group: group, items: items, keys: keys, sequences: positions.map { members.sequences[$0] })
+        var members = rebuildMembers
+        rebuildMembers = ViewRebuildMembers()
+        let values = rebuildValues
+        rebuildValues = []
+        for index in members.groups.indices {
+            let (items, keys, positions) = sorted(
+                items: members.groups[index].items, keys: members.groups[index].keys,
+                values: order.keyed ? [] : values[index])
+            let (pages, fill) = try tree.build(
+                group: members.groups[index].name, items: items, keys: keys, recordingMap: false)
+            members.groups[index].pages = [Int64](unsafeUninitializedCapacity: positions.count) {
+                buffer, count in
+                for (sorted, position) in positions.enumerated() {
+                    buffer.initializeElement(at: position, to: pages[sorted / fill])
+                }
+                count = positions.count
+            }
+            // The keys are not needed any more (the items are, for the map rows): freed group by
+            // group, not all at the end.
+            members.groups[index].keys = []
         }
-        rebuildGroups = [:]
-        try tree.writeBuiltMap()
+        try members.writeMap(to: tree)
         try tree.flush()
         touched = [:]
     }
 
-    /// `members`' items in the view's order, with their sort keys in a keyed view, and where each
-    /// came from in `members` (`positions[i]` is the index in `members` of the `i`th item).
+    /// `items` in the view's order, ordered by their sort `keys` in a keyed view or their
+    /// `values` in a closure view (the other array is empty), with their sort keys in a keyed
+    /// view, and where each came from (`positions[i]` is the index in `items` of the `i`th).
     ///
     /// Sorts positions over plain arrays, not (item, value) pairs: in this generic code a pair
     /// with a `Value` is copied through runtime metadata at every access, which made the sort
     /// most of a rebuild.
-    private func sorted(_ members: Members) -> (items: [ViewItem], keys: [[UInt8]]?, positions: [Int]) {
-        let items = members.items
+    private func sorted(items: [ViewItem], keys: [[UInt8]], values: [Value]) -> (
+        items: [ViewItem], keys: [[UInt8]]?, positions: [Int]
+    ) {
         if order.keyed {
-            let keys = members.keys
             let positions = Self.keyedOrder(keys, items)
             return (positions.map { items[$0] }, positions.map { keys[$0] }, positions)
         }
@@ -790,7 +804,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         // the sort 470M → 421M instructions). Each value is still copied for the call: the
         // optimizer keeps the temporary around a call to an opaque closure.
         let isBefore = order.areInIncreasingOrder
-        members.values.withUnsafeBufferPointer { values in
+        values.withUnsafeBufferPointer { values in
             items.withUnsafeBufferPointer { items in
                 positions.sort { a, b in
                     if isBefore(values[a], values[b]) { return true }
@@ -881,7 +895,8 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
                 }
                 continue
             }
-            var (merged, mergedKeys, _) = sorted(members)
+            var (merged, mergedKeys, _) = sorted(
+                items: members.items, keys: members.keys, values: members.values)
             if held > 0 {
                 (merged, mergedKeys) = try mergeWithGroup(group, merged, mergedKeys, members: members)
                 try pages.removeGroup(group)
@@ -946,5 +961,71 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         try applyPending()
         try store?.flush()
         return touched.isEmpty ? nil : ViewCommitRecord(touched: touched)
+    }
+}
+
+/// What a view's rebuild collects from its scan of the values, by group, until it sorts them:
+/// each group's items in the order the scan fed them, with their sort keys in a keyed view, and
+/// for each item fed, its group and its index there.
+///
+/// The scan's order is the map's key order (see ``ViewPages/writeMap(count:row:)``), so the map
+/// rows are written by walking ``fed`` once: each group's items are read in their own order, a
+/// few streams through memory. The rebuild used to record each map row beside its page, in the
+/// view's order, and write the rows in the scan's order from there: a random read of a large
+/// array per row, a cache miss each (a tenth of a million-item build in `perf`).
+///
+/// Not generic over the view's value type, unlike the writer: a writer's generic code runs
+/// unspecialized, and a dictionary of a generic type in it looked up its type metadata twice
+/// per value fed (about 700 instructions, callgrind).
+struct ViewRebuildMembers {
+    struct Group {
+        let name: String
+        var items: [ViewItem] = []
+        /// In a keyed view, each item's sort key; empty in a closure view.
+        var keys: [[UInt8]] = []
+        /// Each item's page, once built.
+        var pages: [Int64] = []
+    }
+
+    var groups: [Group] = []
+    /// Each item fed, in order: its group's index in ``groups``, and its index in that group.
+    private var fed: [(group: Int32, index: Int32)] = []
+    private var groupIndex: [String: Int] = [:]
+
+    /// The index of `group` in ``groups``: compared with each while there are few (most views
+    /// have a handful of groups, and two short strings compare in a few instructions where a
+    /// dictionary hashes), looked up by hash past that.
+    private func index(of group: String) -> Int? {
+        guard groups.count > 8 else { return groups.firstIndex { $0.name == group } }
+        return groupIndex[group]
+    }
+
+    /// Adds `item` to `group` with its sort `key` (keyed views), and returns the group's index.
+    @discardableResult
+    mutating func add(_ item: ViewItem, group: String, key: [UInt8]?) -> Int {
+        let index: Int
+        if let known = self.index(of: group) {
+            index = known
+        } else {
+            index = groups.count
+            groups.append(Group(name: group))
+            groupIndex[group] = index
+        }
+        fed.append((Int32(truncatingIfNeeded: index), Int32(truncatingIfNeeded: groups[index].items.count)))
+        groups[index].items.append(item)
+        if let key { groups[index].keys.append(key) }
+        return index
+    }
+
+    /// Writes the map rows, in the order the items were fed (every group built).
+    func writeMap(to pages: ViewPages) throws(DatabaseError) {
+        try fed.withUnsafeBufferPointer { fed throws(DatabaseError) in
+            try groups.withUnsafeBufferPointer { groups throws(DatabaseError) in
+                try pages.writeMap(count: fed.count) { row in
+                    let (group, index) = (Int(fed[row].group), Int(fed[row].index))
+                    return (groups[group].items[index], groups[group].name, groups[group].pages[index])
+                }
+            }
+        }
     }
 }

@@ -72,11 +72,8 @@ final class ViewPages {
     private var dirty: Set<Int64> = []
     private let caches: Bool
     private let statements: StatementSet<Statement>
-    /// The map rows of a rebuild, written together (see ``writeBuiltMap()``).
+    /// The map rows of a bulk placement, written together (see ``writeBuiltMap()``).
     private var builtMap: [(item: ViewItem, group: String, page: Int64)] = []
-    /// Beside each of ``builtMap``'s rows, when every built item came with one: the item's place
-    /// in the rebuild's scan of the values, which is the map's key order.
-    private var builtSequences: [Int] = []
 
     /// A store over the tables named with `prefix` whose pages `layout` describes (with sort
     /// keys when `keyed`); `caching` for a write transaction's writer (see the type's notes),
@@ -564,64 +561,62 @@ final class ViewPages {
     }
 
     /// Builds a group from items already in view order (with their sort keys in a keyed view),
-    /// in pages filled to three quarters (room for inserts without splitting at once): for a
-    /// rebuild. The items' map rows wait for ``writeBuiltMap()``; `sequences`, when given, are
-    /// the items' places in the map's key order (see ``writeBuiltMap()``).
-    func build(group: String, items: [ViewItem], keys: [[UInt8]]?, sequences: [Int]? = nil)
-        throws(DatabaseError)
+    /// in pages filled to three quarters (room for inserts without splitting at once), and
+    /// returns each item's page: item `i` is on page `pages[i / fill]`. The items' map rows wait
+    /// for ``writeBuiltMap()`` when `recordingMap`; a rebuild writes them itself, in the map's
+    /// order, with ``writeMap(count:row:)``.
+    @discardableResult
+    func build(group: String, items: [ViewItem], keys: [[UInt8]]?, recordingMap: Bool = true)
+        throws(DatabaseError) -> (pages: [Int64], fill: Int)
     {
-        guard !items.isEmpty else { return }
         let fill = Self.pageCapacity * 3 / 4
+        guard !items.isEmpty else { return ([], fill) }
         var entries: [ViewPageEntry] = []
+        var ids: [Int64] = []
+        ids.reserveCapacity((items.count + fill - 1) / fill)
         var start = 0
         let insert = try statements[.insertPage]
         while start < items.count {
             let range = start..<min(start + fill, items.count)
-            let slice = Array(items[range])
-            let sliceKeys = keys.map { Array($0[range]) }
+            let slice = items[range]
+            let sliceKeys = keys?[range]
             let position = Int64(entries.count + 1) * Self.positionStep
             try insert.bind(group, at: 1)
             try insert.bind(position, at: 2)
             try insert.bind(bytes: PageItems(slice, keys: sliceKeys).bytes, at: 3)
             try insert.execute()
             let id = handle.lastInsertRowID
-            for item in slice { builtMap.append((item, group, id)) }
-            if let sequences { builtSequences += sequences[range] }
+            ids.append(id)
+            if recordingMap { for item in slice { builtMap.append((item, group, id)) } }
             entries.append(
                 ViewPageEntry(
-                    id: id, position: position, count: slice.count, first: slice[0], firstKey: sliceKeys?[0]))
+                    id: id, position: position, count: slice.count, first: slice[range.lowerBound],
+                    firstKey: sliceKeys?[range.lowerBound]))
             start += fill
         }
         layout.groups[group] = ViewPageList(pages: entries)
+        return (ids, fill)
     }
 
-    /// Writes the map rows of the groups ``build(group:items:keys:sequences:)`` built, in key
-    /// order: the map is keyed by (collection, key), so rows in that order are appended, where
-    /// rows in view order would land all over the map's B-tree.
-    ///
-    /// A rebuild numbers the items in the order it scanned the values, which is the map's own
-    /// key order (both tables are keyed by (collection, key) in SQLite's byte order), so the
-    /// rows are put in that order by their numbers, without comparing anything. Sorting them by
-    /// item instead was a twentieth of a keyed view's build (callgrind, 50,000 items: 97M of
-    /// 1,835M instructions). Items that came without numbers (a bulk load merged into a group)
-    /// are sorted. The rows go in statements of ``mapRowsPerStatement`` rows each, which halves
-    /// SQLite's cost per row (see ``SQLiteStatement/run(rows:textsPerRow:integers:)``).
+    /// Writes the map rows of the groups ``build(group:items:keys:recordingMap:)`` built (a bulk
+    /// placement of new items), in key order: the map is keyed by (collection, key), so rows in
+    /// that order are appended, where rows in view order would land all over the map's B-tree.
     func writeBuiltMap() throws(DatabaseError) {
-        defer {
-            builtMap = []
-            builtSequences = []
-        }
-        var order: [Int] = []
-        if builtSequences.count == builtMap.count, let last = builtSequences.max() {
-            var rowAt = [Int](repeating: -1, count: last + 1)
-            for (row, sequence) in builtSequences.enumerated() { rowAt[sequence] = row }
-            order.reserveCapacity(builtMap.count)
-            for row in rowAt where row >= 0 { order.append(row) }
-        } else {
-            order = builtMap.indices.sorted { builtMap[$0].item < builtMap[$1].item }
-        }
+        defer { builtMap = [] }
+        builtMap.sort { $0.item < $1.item }
+        try writeMap(count: builtMap.count) { builtMap[$0] }
+    }
+
+    /// Writes `count` map rows, `row(i)` the `i`th, best in the map's key order (see
+    /// ``writeBuiltMap()``).
+    ///
+    /// The rows go in statements of ``mapRowsPerStatement`` rows each, which halves SQLite's
+    /// cost per row (see ``SQLiteStatement/run(rows:textsPerRow:integers:)``).
+    func writeMap(count: Int, row: (Int) -> (item: ViewItem, group: String, page: Int64))
+        throws(DatabaseError)
+    {
         // Whole statements of rows first, then the rest one by one.
-        let batched = order.count - order.count % Self.mapRowsPerStatement
+        let batched = count - count % Self.mapRowsPerStatement
         if batched > 0 {
             let insert = try statements[.setLocations]
             var texts = PackedTexts()
@@ -630,8 +625,8 @@ final class ViewPages {
             for start in stride(from: 0, to: batched, by: Self.mapRowsPerStatement) {
                 texts.removeAll()
                 pages.removeAll(keepingCapacity: true)
-                for row in order[start..<start + Self.mapRowsPerStatement] {
-                    let (item, group, page) = builtMap[row]
+                for index in start..<start + Self.mapRowsPerStatement {
+                    let (item, group, page) = row(index)
                     texts.append(item.collection)
                     texts.append(item.key)
                     texts.append(group)
@@ -641,8 +636,8 @@ final class ViewPages {
             }
         }
         let insert = try statements[.setLocation]
-        for row in order[batched...] {
-            let (item, group, page) = builtMap[row]
+        for index in batched..<count {
+            let (item, group, page) = row(index)
             try insert.run(item.collection, item.key, group, page)
         }
     }
