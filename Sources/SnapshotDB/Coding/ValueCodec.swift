@@ -36,8 +36,11 @@ public struct JSONValueCodec: ValueCodec {
     /// dictionaries and nested records), else through Foundation's `JSONDecoder`, whose result
     /// or error is then the answer (see `FastJSON`).
     public func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
-        if let value = FastJSON.decode(T.self, from: data) { return value }
-        return try decoder.decode(type, from: data)
+        do {
+            return try FastJSON.decodeOrFallBack(T.self, from: data)
+        } catch {
+            return try decoder.decode(type, from: data)
+        }
     }
 }
 

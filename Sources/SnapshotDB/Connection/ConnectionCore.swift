@@ -132,7 +132,9 @@ final class ConnectionCore: @unchecked Sendable {
     /// The codec of `collection`; the registry is frozen at the connection's first use.
     func codec(for collection: String) -> any ValueCodec {
         if codecs == nil { codecs = database.frozenCodecs() }
-        return codecs?[collection] ?? defaultCodec
+        // Most databases register no codec: no hash of the collection per value then.
+        guard let codecs, !codecs.isEmpty else { return defaultCodec }
+        return codecs[collection] ?? defaultCodec
     }
 
     // MARK: Snapshots

@@ -234,9 +234,17 @@ struct ExtensionContext {
     ) throws(DatabaseError) {
         let all = try handle.idleStatement(.enumerateAll)
         defer { all.reset() }
+        // Rows come collection by collection: each row's collection is the last row's string
+        // while its bytes are the same, and is looked up in `collections` once.
+        var collection: String?
+        var included = false
         while try all.step() {
-            let collection = all.string(at: 0)
-            if let collections, !collections.contains(collection) { continue }
+            if collection.map({ all.isText(at: 0, differentFrom: $0) }) ?? true {
+                let next = all.string(at: 0)
+                included = collections?.contains(next) ?? true
+                collection = next
+            }
+            guard included, let collection else { continue }
             try body(collection, all.string(at: 1), all.data(at: 2))
         }
     }
@@ -245,17 +253,37 @@ struct ExtensionContext {
     func decode<T: Decodable>(_ type: T.Type, _ data: Data, key: String, collection: String)
         throws(DatabaseError) -> T
     {
-        if let memo, let value = memo.value(T.self, collection: collection, key: key) { return value }
+        if let memo { return try decode(T.self, data, key: key, collection: collection, sharing: memo) }
+        return try decodeFresh(T.self, data, key: key, collection: collection)
+    }
+
+    private func decodeFresh<T: Decodable>(_ type: T.Type, _ data: Data, key: String, collection: String)
+        throws(DatabaseError) -> T
+    {
         do {
-            let value = try codec(collection).decode(T.self, from: data)
-            memo?.store(value, collection: collection, key: key)
-            return value
+            return try codec(collection).decode(T.self, from: data)
         } catch {
             throw DatabaseError(
                 .decodingFailed,
                 "extension '\(name)' cannot decode the value for key '\(key)' in collection '\(collection)' as \(T.self): \(error)",
                 collection: collection, key: key, typeName: String(describing: T.self), cause: error)
         }
+    }
+}
+
+extension ExtensionContext {
+    /// ``decode(_:_:key:collection:)`` through `memo`: a value another extension decoded, or
+    /// decoded here and kept for the others. Apart, so that an extension decoding alone never
+    /// touches a `T?` (in this unspecialized generic code, a lookup of its type metadata per
+    /// value).
+    @inline(never)
+    private func decode<T: Decodable>(
+        _ type: T.Type, _ data: Data, key: String, collection: String, sharing memo: DecodeMemo
+    ) throws(DatabaseError) -> T {
+        if let value = memo.value(T.self, collection: collection, key: key) { return value }
+        let value = try decodeFresh(T.self, data, key: key, collection: collection)
+        memo.store(value, collection: collection, key: key)
+        return value
     }
 }
 

@@ -144,12 +144,16 @@ final class ExtensionWriters {
                 everything ? nil : fed.reduce(into: Set<String>()) { $0.formUnion($1.rebuildCollections!) }
             let memo = fed.lazy.compactMap(\.rebuildMemo).first
             defer { memo?.end() }
+            // The writers that read a collection, found once per collection (the values come
+            // collection by collection), not once per value.
+            var current: (collection: String, writers: [any ExtensionWriter])?
             try ExtensionContext.forEachValue(on: handle, inCollections: collections) {
                 (collection, key, data) throws(DatabaseError) in
                 memo?.begin(collection, key)
-                for writer in fed where writer.rebuildCollections?.contains(collection) ?? true {
-                    try writer.feedRebuild(collection, key, data)
+                if current?.collection != collection {
+                    current = (collection, fed.filter { $0.rebuildCollections?.contains(collection) ?? true })
                 }
+                for writer in current!.writers { try writer.feedRebuild(collection, key, data) }
             }
             for writer in fed { try writer.endRebuild() }
         }

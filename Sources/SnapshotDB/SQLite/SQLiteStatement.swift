@@ -327,12 +327,19 @@ final class SQLiteStatement {
     /// The text of column `index`, or `previous` itself when it holds the same bytes (rows
     /// that repeat a value then share one string instead of each decoding its own).
     func string(at index: Int32, reusing previous: String?) -> String {
-        guard var previous, let text = sqlite3_column_text(statement, index) else { return string(at: index) }
+        guard let previous, !isText(at: index, differentFrom: previous) else { return string(at: index) }
+        return previous
+    }
+
+    /// Whether the text of column `index` has other bytes than `string` (a NULL column counts
+    /// as empty text).
+    func isText(at index: Int32, differentFrom string: String) -> Bool {
+        let text = sqlite3_column_text(statement, index)
         let count = Int(sqlite3_column_bytes(statement, index))
-        let same = previous.withUTF8 { utf8 in
-            utf8.count == count && (count == 0 || memcmp(utf8.baseAddress!, text, count) == 0)
+        var string = string
+        return string.withUTF8 { utf8 in
+            utf8.count != count || (count > 0 && memcmp(utf8.baseAddress!, text!, count) != 0)
         }
-        return same ? previous : string(at: index)
     }
 
     /// The storage class of column `index` of the current row: `SQLITE_INTEGER`, `SQLITE_FLOAT`,
