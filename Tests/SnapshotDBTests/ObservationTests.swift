@@ -203,7 +203,8 @@ struct PulledObservationTests {
             }
             let all = Dictionary(uniqueKeysWithValues: (1...10).map { ("k\($0)", $0) })
             #expect(try await contents.next() == all)
-            // Subscribed again: the next commit is seen, and only once.
+            // Subscribed again: the commits after the catch-up are seen (the unrelated one yields
+            // nothing of its own).
             try await writer.readWrite { try $0.removeValue(forKey: "k1", inCollection: "c") }
             try await writer.readWrite { try $0.set(0, forKey: "other", inCollection: "d") }
             try await writer.readWrite { try $0.set(11, forKey: "k11", inCollection: "c") }

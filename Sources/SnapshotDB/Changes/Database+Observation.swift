@@ -9,8 +9,9 @@ extension Database {
     /// commit that changed the key, then reads the newest value. Commits that land before the
     /// caller asks are coalesced into one element holding the newest value (the values in
     /// between are not kept anywhere to read), so a slow consumer never works through a backlog
-    /// of stale values, and nothing is read or buffered while nobody asks. (A key that went
-    /// from A to B and back to A between two `next()` calls yields nothing for those commits.)
+    /// of stale values, and nothing is read while nobody asks (the subscription holds at most
+    /// ``Configuration/changesBufferLimit`` changesets meanwhile). (A key that went from A to B
+    /// and back to A between two `next()` calls yields nothing for those commits.)
     /// Built on ``changes()`` (subscribed before the first read, so no commit falls in between)
     /// and a connection of its own, which keeps the database open as any connection does. The sequence ends when the task iterating it is cancelled or
     /// the database is closed, and throws when a read fails (`decodingFailed` for a stored value
@@ -118,7 +119,9 @@ private actor Observation<Element: Sendable> {
     func next() async throws -> Element? {
         guard !ended else { return nil }
         do {
-            while !Task.isCancelled, let db = database.database, !db.isClosed {
+            // `ended` again at each turn: another iterator of the same stream may have ended it
+            // while this one waited.
+            while !ended, !Task.isCancelled, let db = database.database, !db.isClosed {
                 if var iterator = commits {
                     // Taken out while it waits: an actor's property cannot be passed `inout`
                     // across the suspension.
