@@ -375,3 +375,69 @@ struct FastJSONTests {
         #expect(String(describing: theirs) == String(describing: ours))
     }
 }
+
+/// Scans and builds decode the JSON codec's values where SQLite holds them, and hand other
+/// codecs a copy.
+@Suite("Values decoded in place")
+struct InPlaceDecodingTests {
+    struct Measured: Codable, Sendable, Equatable {
+        var name: String
+        var weight: Float  // Foundation decodes it: the in-place bytes go to `JSONDecoder`
+        var blob: Data
+    }
+
+    @Test func aScanDecodesInPlaceAndThroughFoundation() throws {
+        try withTemporaryDatabase { db throws in
+            let values = (0..<50).map {
+                Measured(name: "n\($0)", weight: Float($0) / 3, blob: Data(repeating: UInt8($0), count: $0))
+            }
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for (index, value) in values.enumerated() {
+                    try txn.set(value, forKey: String(format: "k%02d", index), inCollection: "m")
+                }
+                try txn.set(["not": "a Measured"], forKey: "zz", inCollection: "bad")
+            }
+            try writer.read { txn throws in
+                #expect(try txn.values(inCollection: "m", as: Measured.self).map(\.value) == values)
+                #expect(throws: DatabaseError.self) { try txn.values(inCollection: "bad", as: Measured.self) }
+                do {
+                    _ = try txn.values(inCollection: "bad", as: Measured.self)
+                } catch let error as DatabaseError {
+                    #expect(error.code == .decodingFailed)
+                    #expect(error.key == "zz")
+                }
+            }
+        }
+    }
+
+    /// A view over a collection of raw `Data`: the codec's value is the bytes themselves, so
+    /// the build must hand it a copy (the view keeps the values it sorts until it writes them).
+    @Test func aBuildOverAnotherCodecGetsACopy() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(RawDataCodec(), forCollection: "raw")
+            var random = SeededGenerator(state: 7)
+            var stored: [String: Data] = [:]
+            try db.newConnection(name: "writer").readWrite { txn in
+                for index in 0..<300 {
+                    let bytes = Data(
+                        (0..<Int.random(in: 1...40, using: &random)).map { _ in
+                            UInt8.random(in: 0...255, using: &random)
+                        })
+                    stored["k\(index)"] = bytes
+                    try txn.set(bytes, forKey: "k\(index)", inCollection: "raw")
+                }
+            }
+            let byBytes = View<Data>(
+                name: "byBytes", version: "1", collections: ["raw"], group: { _, _, _ in "all" },
+                areInIncreasingOrder: { $0.lexicographicallyPrecedes($1) })
+            try db.register(byBytes)
+            let expected = stored.sorted { a, b in
+                a.value.lexicographicallyPrecedes(b.value) || (a.value == b.value && a.key < b.key)
+            }.map { ViewItem(collection: "raw", key: $0.key) }
+            try db.newConnection(name: "ui").read { txn throws in
+                #expect(try txn.view(named: "byBytes").items(inGroup: "all") == expected)
+            }
+        }
+    }
+}

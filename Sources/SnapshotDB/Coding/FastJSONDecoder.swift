@@ -46,7 +46,20 @@ enum FastJSON {
     /// 6,000-instruction decode of a two-field record (callgrind).
     static func decodeOrFallBack<T: Decodable>(_ type: T.Type, from data: Data) throws(Fallback) -> T {
         if isSpecial(T.self) { throw Fallback() }
-        let document = Document(data)
+        return try decodeOrFallBack(T.self, document: Document(data))
+    }
+
+    /// ``decodeOrFallBack(_:from:)`` of bytes in place (copied once, into the document).
+    static func decodeOrFallBack<T: Decodable>(_ type: T.Type, fromBytes bytes: UnsafeRawBufferPointer)
+        throws(Fallback) -> T
+    {
+        if isSpecial(T.self) { throw Fallback() }
+        return try decodeOrFallBack(T.self, document: Document(bytes))
+    }
+
+    private static func decodeOrFallBack<T: Decodable>(_ type: T.Type, document: Document) throws(Fallback)
+        -> T
+    {
         let value: T
         do {
             let root = try document.root()
@@ -111,13 +124,23 @@ enum FastJSON {
 
         init(_ data: Data) {
             count = data.count
-            bytes = .allocate(capacity: count + 1)
-            data.withUnsafeBytes { source in
-                if count > 0 {
-                    bytes.initialize(from: source.bindMemory(to: UInt8.self).baseAddress!, count: count)
-                }
+            bytes = data.withUnsafeBytes(Self.copy)
+        }
+
+        /// A document of a copy of `source` (which may be SQLite's buffer, valid only now).
+        init(_ source: UnsafeRawBufferPointer) {
+            count = source.count
+            bytes = Self.copy(source)
+        }
+
+        /// `source` copied into new memory, with a terminating zero.
+        private static func copy(_ source: UnsafeRawBufferPointer) -> UnsafeMutablePointer<UInt8> {
+            let bytes = UnsafeMutablePointer<UInt8>.allocate(capacity: source.count + 1)
+            if let base = source.baseAddress, source.count > 0 {
+                UnsafeMutableRawPointer(bytes).copyMemory(from: base, byteCount: source.count)
             }
-            bytes[count] = 0
+            bytes[source.count] = 0
+            return bytes
         }
 
         // Containers hold the document: the bytes live as long as any of them.

@@ -42,6 +42,18 @@ public struct JSONValueCodec: ValueCodec {
             return try decoder.decode(type, from: data)
         }
     }
+
+    /// ``decode(_:from:)`` of stored bytes read in place (SQLite's buffer, valid only during
+    /// the call): no `Data` is made for them unless Foundation must decode the value, so a scan
+    /// copies each value once (into the decoder's document) instead of three times. Neither
+    /// decoder keeps the bytes past the call, which is why only this codec reads in place.
+    func decode<T: Decodable>(_ type: T.Type, fromBytes bytes: UnsafeRawBufferPointer) throws -> T {
+        do {
+            return try FastJSON.decodeOrFallBack(T.self, fromBytes: bytes)
+        } catch {
+            return try decoder.decode(type, from: Data(bytes))
+        }
+    }
 }
 
 /// Binary property lists through Foundation's `PropertyListEncoder` and `PropertyListDecoder`.

@@ -137,6 +137,14 @@ final class ConnectionCore: @unchecked Sendable {
         return codecs[collection] ?? defaultCodec
     }
 
+    /// The JSON codec when `collection` uses it (the default), whose decoder reads stored bytes
+    /// in place (``JSONValueCodec/decode(_:fromBytes:)``); `nil` for another codec.
+    func jsonCodec(for collection: String) -> JSONValueCodec? {
+        if codecs == nil { codecs = database.frozenCodecs() }
+        guard let codecs, !codecs.isEmpty, let registered = codecs[collection] else { return defaultCodec }
+        return registered as? JSONValueCodec
+    }
+
     // MARK: Snapshots
 
     /// A read snapshot just begun: the commit it sees, the foreign writes in it not yet

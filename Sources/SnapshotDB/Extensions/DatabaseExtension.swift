@@ -93,8 +93,8 @@ protocol ExtensionWriter: AnyObject {
     var rebuildCollections: Set<String>? { get }
     /// A fed rebuild begins: the tables are empty or emptied.
     func beginRebuild() throws(DatabaseError)
-    /// One value, in (collection, key) order.
-    func feedRebuild(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError)
+    /// One value, in (collection, key) order (its bytes valid only during the call).
+    func feedRebuild(_ collection: String, _ key: String, _ value: StoredValue) throws(DatabaseError)
     /// Every value was fed.
     func endRebuild() throws(DatabaseError)
     /// The memo the writer's context shares with the other writers of a rebuild pass.
@@ -130,7 +130,7 @@ extension ExtensionWriter {
     var feedsRebuild: Bool { false }
     var rebuildCollections: Set<String>? { nil }
     func beginRebuild() throws(DatabaseError) {}
-    func feedRebuild(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {}
+    func feedRebuild(_ collection: String, _ key: String, _ value: StoredValue) throws(DatabaseError) {}
     func endRebuild() throws(DatabaseError) {}
     var rebuildMemo: DecodeMemo? { nil }
 }
@@ -186,6 +186,8 @@ struct ExtensionContext {
     weak var transaction: ReadTransaction?
     /// The decoded values a rebuild pass shares between extensions (``DecodeMemo``).
     var memo: DecodeMemo?
+    /// The codec of the collection decoded last (see ``CodecChoice``).
+    private let codecChoice = CodecChoice()
 
     init(
         handle: SQLiteHandle, name: String, transaction: ReadTransaction? = nil, memo: DecodeMemo? = nil,
@@ -222,7 +224,7 @@ struct ExtensionContext {
     /// (collection, key) order.
     func forEachValue(
         inCollections collections: Set<String>?,
-        _ body: (_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) -> Void
+        _ body: (_ collection: String, _ key: String, _ value: StoredValue) throws(DatabaseError) -> Void
     ) throws(DatabaseError) {
         try Self.forEachValue(on: handle, inCollections: collections, body)
     }
@@ -230,7 +232,7 @@ struct ExtensionContext {
     /// ``forEachValue(inCollections:_:)`` on `handle`.
     static func forEachValue(
         on handle: SQLiteHandle, inCollections collections: Set<String>?,
-        _ body: (_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) -> Void
+        _ body: (_ collection: String, _ key: String, _ value: StoredValue) throws(DatabaseError) -> Void
     ) throws(DatabaseError) {
         let all = try handle.idleStatement(.enumerateAll)
         defer { all.reset() }
@@ -245,7 +247,9 @@ struct ExtensionContext {
                 collection = next
             }
             guard included, let collection else { continue }
-            try body(collection, all.string(at: 1), all.data(at: 2))
+            let key = all.string(at: 1)
+            // Lent where SQLite holds it: the JSON codec decodes it there, with no `Data` made.
+            try all.withBlob(at: 2) { bytes throws(DatabaseError) in try body(collection, key, .lent(bytes)) }
         }
     }
 
@@ -253,15 +257,34 @@ struct ExtensionContext {
     func decode<T: Decodable>(_ type: T.Type, _ data: Data, key: String, collection: String)
         throws(DatabaseError) -> T
     {
+        try decode(T.self, StoredValue.data(data), key: key, collection: collection)
+    }
+
+    /// Decodes a stored value of `collection` as `T`, from a `Data` or from bytes lent in place.
+    func decode<T: Decodable>(_ type: T.Type, _ data: StoredValue, key: String, collection: String)
+        throws(DatabaseError) -> T
+    {
         if let memo { return try decode(T.self, data, key: key, collection: collection, sharing: memo) }
         return try decodeFresh(T.self, data, key: key, collection: collection)
     }
 
-    private func decodeFresh<T: Decodable>(_ type: T.Type, _ data: Data, key: String, collection: String)
+    private func decodeFresh<T: Decodable>(
+        _ type: T.Type, _ stored: StoredValue, key: String, collection: String
+    )
         throws(DatabaseError) -> T
     {
         do {
-            return try codec(collection).decode(T.self, from: data)
+            let choice = codecChoice.choose(collection, codec)
+            switch stored {
+            case .data(let data):
+                if let json = choice.json { return try json.decode(T.self, from: data) }
+                return try choice.codec.decode(T.self, from: data)
+            case .lent(let bytes):
+                // Only the JSON codec reads lent bytes: another codec (an app's own, or
+                // `RawDataCodec`, whose value is the bytes) may keep what it is given.
+                if let json = choice.json { return try json.decode(T.self, fromBytes: bytes) }
+                return try choice.codec.decode(T.self, from: Data(bytes))
+            }
         } catch {
             throw DatabaseError(
                 .decodingFailed,
@@ -278,13 +301,47 @@ extension ExtensionContext {
     /// value).
     @inline(never)
     private func decode<T: Decodable>(
-        _ type: T.Type, _ data: Data, key: String, collection: String, sharing memo: DecodeMemo
+        _ type: T.Type, _ data: StoredValue, key: String, collection: String, sharing memo: DecodeMemo
     ) throws(DatabaseError) -> T {
         if let value = memo.value(T.self, collection: collection, key: key) { return value }
         let value = try decodeFresh(T.self, data, key: key, collection: collection)
         memo.store(value, collection: collection, key: key)
         return value
     }
+}
+
+/// The codec of the collection an extension decoded last, and the JSON codec when it is that:
+/// values come collection by collection (a rebuild's scan, most transactions), so the codec is
+/// looked up, and cast to find whether it reads bytes in place, once per collection instead of
+/// once per value (the lookup, the cast and the existential's copies were about 700
+/// instructions a value, callgrind).
+final class CodecChoice {
+    private var collection: String?
+    private var chosen: (any ValueCodec)?
+    private(set) var json: JSONValueCodec?
+
+    /// The codec chosen last (only after ``choose(_:_:)``).
+    var codec: any ValueCodec { chosen! }
+
+    /// The choice for `collection`, asking `lookUp` when it is not the last one's.
+    func choose(_ collection: String, _ lookUp: (String) -> any ValueCodec) -> CodecChoice {
+        // `self.collection` is nil until the first choice (comparing it costs nothing; testing
+        // the existential `chosen` for nil copied it).
+        if collection != self.collection {
+            let codec = lookUp(collection)
+            chosen = codec
+            json = codec as? JSONValueCodec
+            self.collection = collection
+        }
+        return self
+    }
+}
+
+/// A stored value handed to an extension: a `Data`, or its bytes lent where SQLite holds them
+/// during a rebuild's scan (valid only during the call; see ``ExtensionContext/decode(_:_:key:collection:)``).
+enum StoredValue {
+    case data(Data)
+    case lent(UnsafeRawBufferPointer)
 }
 
 /// What an extension adds to a commit's changeset, by extension name.

@@ -148,12 +148,12 @@ final class ExtensionWriters {
             // collection by collection), not once per value.
             var current: (collection: String, writers: [any ExtensionWriter])?
             try ExtensionContext.forEachValue(on: handle, inCollections: collections) {
-                (collection, key, data) throws(DatabaseError) in
+                (collection, key, value) throws(DatabaseError) in
                 memo?.begin(collection, key)
                 if current?.collection != collection {
                     current = (collection, fed.filter { $0.rebuildCollections?.contains(collection) ?? true })
                 }
-                for writer in current!.writers { try writer.feedRebuild(collection, key, data) }
+                for writer in current!.writers { try writer.feedRebuild(collection, key, value) }
             }
             for writer in fed { try writer.endRebuild() }
         }

@@ -355,9 +355,11 @@ final class SQLiteStatement {
 
     /// Column `index` of the current row as bytes (copied out of SQLite's buffer).
     /// Calls `body` with the blob of column `index` in place (valid only inside `body`).
-    func withBlob<R>(at index: Int32, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+    func withBlob<R, Failure: Error>(at index: Int32, _ body: (UnsafeRawBufferPointer) throws(Failure) -> R)
+        throws(Failure) -> R
+    {
         let base = sqlite3_column_blob(statement, index)
-        return body(
+        return try body(
             UnsafeRawBufferPointer(
                 start: base, count: base == nil ? 0 : Int(sqlite3_column_bytes(statement, index))))
     }

@@ -281,10 +281,19 @@ public class ReadTransaction {
             statement.reset()
         }
         try statement.bind(collection, at: 1)
+        // The JSON codec decodes each value where SQLite holds it, with no `Data` made for it.
+        let json = core.jsonCodec(for: collection)
         var stop = false
         while !stop, try statement.step() {
             let key = statement.string(at: 0)
-            let value = try decode(T.self, from: statement.data(at: 1), key: key, collection: collection)
+            let value =
+                if let json {
+                    try statement.withBlob(at: 1) { bytes throws(DatabaseError) in
+                        try decode(T.self, fromBytes: bytes, with: json, key: key, collection: collection)
+                    }
+                } else {
+                    try decode(T.self, from: statement.data(at: 1), key: key, collection: collection)
+                }
             try body(key, value, &stop)
         }
     }
@@ -310,11 +319,29 @@ public class ReadTransaction {
         do {
             return try core.codec(for: collection).decode(T.self, from: data)
         } catch {
-            throw DatabaseError(
-                .decodingFailed,
-                "the value for key '\(key)' in collection '\(collection)' cannot be decoded as \(T.self): \(error)",
-                collection: collection, key: key, typeName: String(describing: T.self), cause: error)
+            throw Self.decodingFailed(T.self, key: key, collection: collection, error)
         }
+    }
+
+    /// ``decode(_:from:key:collection:)`` of bytes in place, through the JSON codec.
+    func decode<T: Decodable>(
+        _ type: T.Type, fromBytes bytes: UnsafeRawBufferPointer, with json: JSONValueCodec, key: String,
+        collection: String
+    ) throws(DatabaseError) -> T {
+        do {
+            return try json.decode(T.self, fromBytes: bytes)
+        } catch {
+            throw Self.decodingFailed(T.self, key: key, collection: collection, error)
+        }
+    }
+
+    private static func decodingFailed<T>(_ type: T.Type, key: String, collection: String, _ error: any Error)
+        -> DatabaseError
+    {
+        DatabaseError(
+            .decodingFailed,
+            "the value for key '\(key)' in collection '\(collection)' cannot be decoded as \(T.self): \(error)",
+            collection: collection, key: key, typeName: String(describing: T.self), cause: error)
     }
 }
 

@@ -194,8 +194,8 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
         statements = context.handle.statementSet("index|" + table.name + "|" + index.version, sql: table.sql)
     }
 
-    private func store(_ data: Data, key: String, collection: String) throws(DatabaseError) {
-        let value = try context.decode(Value.self, data, key: key, collection: collection)
+    private func store(_ stored: StoredValue, key: String, collection: String) throws(DatabaseError) {
+        let value = try context.decode(Value.self, stored, key: key, collection: collection)
         let columns = index.extract(collection, key, value)
         guard !columns.isEmpty else {
             try willRemove(forKey: key, inCollection: collection)
@@ -235,7 +235,7 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
     }
 
     func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError) {
-        try store(data, key: key, collection: collection)
+        try store(.data(data), key: key, collection: collection)
     }
 
     func willRemove(forKey key: String, inCollection collection: String) throws(DatabaseError) {
@@ -273,8 +273,8 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
         rebuilding = true
     }
 
-    func feedRebuild(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {
-        try store(data, key: key, collection: collection)
+    func feedRebuild(_ collection: String, _ key: String, _ value: StoredValue) throws(DatabaseError) {
+        try store(value, key: key, collection: collection)
     }
 
     func endRebuild() throws(DatabaseError) {

@@ -113,8 +113,8 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
         }
     }
 
-    private func store(_ data: Data, key: String, collection: String) throws(DatabaseError) {
-        let value = try context.decode(Value.self, data, key: key, collection: collection)
+    private func store(_ storedValue: StoredValue, key: String, collection: String) throws(DatabaseError) {
+        let value = try context.decode(Value.self, storedValue, key: key, collection: collection)
         let texts = search.extract(collection, key, value)
         guard !texts.isEmpty else { return try willRemove(forKey: key, inCollection: collection) }
         let wanted = search.columns.map { texts[$0] ?? "" }
@@ -158,7 +158,7 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
     }
 
     func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError) {
-        try store(data, key: key, collection: collection)
+        try store(.data(data), key: key, collection: collection)
     }
 
     func willRemove(forKey key: String, inCollection collection: String) throws(DatabaseError) {
@@ -207,8 +207,8 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
         rebuilding = true
     }
 
-    func feedRebuild(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {
-        try store(data, key: key, collection: collection)
+    func feedRebuild(_ collection: String, _ key: String, _ value: StoredValue) throws(DatabaseError) {
+        try store(value, key: key, collection: collection)
     }
 
     func endRebuild() throws(DatabaseError) {

@@ -244,6 +244,10 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
         try context.decode(Value.self, data, key: item.key, collection: item.collection)
     }
 
+    func decode(_ stored: StoredValue, _ item: ViewItem) throws(DatabaseError) -> Value {
+        try context.decode(Value.self, stored, key: item.key, collection: item.collection)
+    }
+
     /// The value of `item` as the open transaction reads it (decoded once per transaction, and
     /// kept decoded across transactions by the connection's value cache).
     func value(_ item: ViewItem) throws(DatabaseError) -> Value {
@@ -695,7 +699,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         // In key order, the order of a scan of the values, in which the map rows are written.
         for item in try membership.all().sorted() where collections?.contains(item.collection) ?? true {
             guard let data = try read.fetchBlob(item.collection, item.key) else { continue }
-            try feedRebuild(item.collection, item.key, data)
+            try feedRebuild(item.collection, item.key, .data(data))
         }
         try endRebuild()
     }
@@ -733,9 +737,9 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         try tree.removeEverything()
     }
 
-    func feedRebuild(_ collection: String, _ key: String, _ data: Data) throws(DatabaseError) {
+    func feedRebuild(_ collection: String, _ key: String, _ stored: StoredValue) throws(DatabaseError) {
         let item = ViewItem(collection: collection, key: key)
-        let value = try order.decode(data, item)
+        let value = try order.decode(stored, item)
         guard let group = order.group(collection, key, value) else { return }
         if order.keyed {
             rebuildMembers.add(item, group: group, key: order.sortKey(item, value))
@@ -1011,7 +1015,7 @@ struct ViewRebuildMembers {
             groups.append(Group(name: group))
             groupIndex[group] = index
         }
-        fed.append((Int32(truncatingIfNeeded: index), Int32(truncatingIfNeeded: groups[index].items.count)))
+        fed.append((Int32(index), Int32(groups[index].items.count)))
         groups[index].items.append(item)
         if let key { groups[index].keys.append(key) }
         return index
