@@ -411,6 +411,77 @@ struct InPlaceDecodingTests {
         }
     }
 
+    struct Plain: Codable, Sendable, Equatable {
+        var name: String
+        var count: Int
+        var score: Double
+    }
+
+    /// Plain records, which the codec's own decoder reads from SQLite's buffer, and an empty
+    /// value (a foreign client's), refused as Foundation refuses it.
+    @Test func aScanOfPlainRecordsDecodesThemInPlace() throws {
+        try withTemporaryDatabase { db throws in
+            let values = (0..<200).map { Plain(name: "n\($0)", count: $0 * 7, score: Double($0) / 8) }
+            try db.newConnection(name: "writer").readWrite { txn in
+                for (index, value) in values.enumerated() {
+                    try txn.set(value, forKey: String(format: "k%03d", index), inCollection: "p")
+                }
+            }
+            let reader = db.newConnection(name: "reader")
+            #expect(
+                try reader.read { try $0.values(inCollection: "p", as: Plain.self).map(\.value) } == values)
+            _ = try sqlite3(
+                db.path, "UPDATE snapshotdb_values SET data = X'' WHERE collection = 'p' AND key = 'k007';")
+            let error = try #require(throws: DatabaseError.self) {
+                try reader.read { try $0.values(inCollection: "p", as: Plain.self) }
+            }
+            #expect(error.code == .decodingFailed)
+            #expect(error.key == "k007")
+        }
+    }
+
+    /// Two extensions of different value types built together over the same values: the second
+    /// decodes the lent bytes after the first has written its own rows.
+    @Test func extensionsOfTwoTypesBuiltTogetherEachDecodeTheLentBytes() throws {
+        struct Named: Codable, Sendable { var name: String }
+        struct Counted: Codable, Sendable { var count: Int }
+        let byCount = SecondaryIndex<Counted>(
+            name: "byCount", version: "1", collections: ["p"], columns: [.integer("count")],
+            extract: { _, _, value in ["count": .integer(value.count)] })
+        let byName = View<Named>(
+            name: "byName", version: "1", collections: ["p"], group: { _, _, _ in "all" },
+            sortKey: { _, _, value in SortKey(value.name) })
+        try withTemporaryDatabase { db throws in
+            var random = SeededGenerator(state: 3)
+            var values: [String: Plain] = [:]
+            try db.newConnection(name: "writer").readWrite { txn in
+                for index in 0..<500 {
+                    let value = Plain(
+                        name: "n\(Int.random(in: 0..<1000, using: &random))",
+                        count: Int.random(in: 0..<50, using: &random),
+                        score: 0)
+                    values["k\(index)"] = value
+                    try txn.set(value, forKey: "k\(index)", inCollection: "p")
+                }
+            }
+            try db.register(byCount, byName)
+            try db.newConnection(name: "reader").read { txn throws in
+                let expected = values.sorted { a, b in
+                    if a.value.name != b.value.name {
+                        return Array(a.value.name.utf8).lexicographicallyPrecedes(Array(b.value.name.utf8))
+                    }
+                    return a.key < b.key
+                }.map { ViewItem(collection: "p", key: $0.key) }
+                #expect(try txn.view(named: "byName").items(inGroup: "all") == expected)
+                let index = try txn.index(named: "byCount")
+                for count in [0, 17, 49] {
+                    let keys = try index.keys(where: "count = ?", [.integer(count)])
+                    #expect(Set(keys.map(\.key)) == Set(values.filter { $0.value.count == count }.map(\.key)))
+                }
+            }
+        }
+    }
+
     /// A view over a collection of raw `Data`: the codec's value is the bytes themselves, so
     /// the build must hand it a copy (the view keeps the values it sorts until it writes them).
     @Test func aBuildOverAnotherCodecGetsACopy() throws {

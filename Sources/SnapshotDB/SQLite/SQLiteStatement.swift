@@ -353,7 +353,6 @@ final class SQLiteStatement {
         return String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self)
     }
 
-    /// Column `index` of the current row as bytes (copied out of SQLite's buffer).
     /// Calls `body` with the blob of column `index` in place (valid only inside `body`).
     func withBlob<R, Failure: Error>(at index: Int32, _ body: (UnsafeRawBufferPointer) throws(Failure) -> R)
         throws(Failure) -> R
