@@ -360,3 +360,76 @@ extension KeyedViewTests {
         }
     }
 }
+
+/// A stored page's bytes are read back only when they are exactly a page: damaged ones (a byte
+/// changed, cut short, grown) are refused unless they still are one, by the rule each field
+/// states (a length of 8 bytes, little-endian, then that many bytes, to the end exactly).
+@Suite("Page bytes")
+struct PageBytesTests {
+    /// The rule, written out plainly: the item count, or nil when `bytes` are not a page.
+    static func itemCount(_ bytes: [UInt8], keyed: Bool) -> Int? {
+        func int(at offset: Int) -> Int? {
+            guard offset + 8 <= bytes.count else { return nil }
+            let raw = (0..<8).reduce(UInt64(0)) { $0 | UInt64(bytes[offset + $1]) << (8 * UInt64($1)) }
+            let value = Int64(bitPattern: raw)
+            return value >= 0 && value <= Int64(bytes.count) ? Int(value) : nil
+        }
+        guard let count = int(at: 0) else { return nil }
+        var offset = 8
+        for _ in 0..<count {
+            for _ in 0..<(keyed ? 3 : 2) {
+                guard let length = int(at: offset), offset + 8 + length <= bytes.count else { return nil }
+                offset += 8 + length
+            }
+        }
+        return offset == bytes.count ? count : nil
+    }
+
+    @Test(arguments: [false, true]) func damagedPagesParseByTheRule(keyed: Bool) {
+        var random = SeededGenerator(state: keyed ? 2 : 1)
+        func text() -> String {
+            String(
+                (0..<Int.random(in: 0...6, using: &random)).map { _ in
+                    "ab\u{0}é".randomElement(using: &random)!
+                })
+        }
+        var refused = 0
+        for _ in 0..<300 {
+            let items = (0..<Int.random(in: 1...8, using: &random)).map { _ in
+                ViewItem(collection: text(), key: text())
+            }
+            let keys =
+                keyed
+                ? items.map { _ in
+                    (0..<Int.random(in: 0...5, using: &random)).map { _ in
+                        UInt8.random(in: 0...255, using: &random)
+                    }
+                } : nil
+            let page = PageItems(items, keys: keys)
+            let parsed = PageItems(bytes: page.bytes, keyed: keyed)
+            #expect(parsed?.all == items)
+            #expect(parsed.map { keyed ? $0.allSortKeys : [] } == (keys ?? []))
+            for _ in 0..<30 {
+                var bytes = page.bytes
+                switch Int.random(in: 0..<4, using: &random) {
+                case 0:
+                    bytes[Int.random(in: 0..<bytes.count, using: &random)] = UInt8.random(
+                        in: 0...255, using: &random)
+                case 1:
+                    // A length field's low byte, one up or down.
+                    let field = Int.random(in: 0..<min(bytes.count, 64), using: &random) / 8 * 8
+                    bytes[field] = bytes[field] &+ (Bool.random(using: &random) ? 1 : 255)
+                case 2: bytes.removeLast(Int.random(in: 1...bytes.count, using: &random))
+                default:
+                    bytes += (0..<Int.random(in: 1...9, using: &random)).map { _ in
+                        UInt8.random(in: 0...255, using: &random)
+                    }
+                }
+                let expected = Self.itemCount(bytes, keyed: keyed)
+                #expect(PageItems(bytes: bytes, keyed: keyed)?.count == expected)
+                if expected == nil { refused += 1 }
+            }
+        }
+        #expect(refused > 1_000, "the damage is mostly refused (\(refused) of 9,000)")
+    }
+}
