@@ -400,13 +400,11 @@ struct InPlaceDecodingTests {
             }
             try writer.read { txn throws in
                 #expect(try txn.values(inCollection: "m", as: Measured.self).map(\.value) == values)
-                #expect(throws: DatabaseError.self) { try txn.values(inCollection: "bad", as: Measured.self) }
-                do {
-                    _ = try txn.values(inCollection: "bad", as: Measured.self)
-                } catch let error as DatabaseError {
-                    #expect(error.code == .decodingFailed)
-                    #expect(error.key == "zz")
+                let error = try #require(throws: DatabaseError.self) {
+                    try txn.values(inCollection: "bad", as: Measured.self)
                 }
+                #expect(error.code == .decodingFailed)
+                #expect(error.key == "zz")
             }
         }
     }

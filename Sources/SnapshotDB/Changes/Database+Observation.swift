@@ -13,10 +13,11 @@ extension Database {
     /// ``Configuration/changesBufferLimit`` changesets meanwhile). (A key that went from A to B
     /// and back to A between two `next()` calls yields nothing for those commits.)
     /// Built on ``changes()`` (subscribed before the first read, so no commit falls in between)
-    /// and a connection of its own, which keeps the database open as any connection does. The sequence ends when the task iterating it is cancelled or
-    /// the database is closed, and throws when a read fails (`decodingFailed` for a stored value
-    /// that is not a `T`). A commit that only touched the key (``ReadWriteTransaction/touch(forKey:inCollection:)``)
-    /// left its bytes as they were, and yields nothing here.
+    /// and a connection of its own, which keeps the database open as any connection does. The
+    /// sequence ends when the task iterating it is cancelled or the database is closed, and
+    /// throws when a read fails (`decodingFailed` for a stored value that is not a `T`). A commit
+    /// that only touched the key (``ReadWriteTransaction/touch(forKey:inCollection:)``) left its
+    /// bytes as they were, and yields nothing here.
     ///
     /// ```swift
     /// for try await settings in db.observe(forKey: "main", inCollection: "settings", as: Settings.self) {

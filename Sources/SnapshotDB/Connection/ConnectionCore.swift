@@ -140,9 +140,7 @@ final class ConnectionCore: @unchecked Sendable {
     /// The JSON codec when `collection` uses it (the default), whose decoder reads stored bytes
     /// in place (``JSONValueCodec/decode(_:fromBytes:)``); `nil` for another codec.
     func jsonCodec(for collection: String) -> JSONValueCodec? {
-        if codecs == nil { codecs = database.frozenCodecs() }
-        guard let codecs, !codecs.isEmpty, let registered = codecs[collection] else { return defaultCodec }
-        return registered as? JSONValueCodec
+        codec(for: collection) as? JSONValueCodec
     }
 
     // MARK: Snapshots

@@ -276,9 +276,7 @@ struct ExtensionContext {
         do {
             let choice = codecChoice.choose(collection, codec)
             switch stored {
-            case .data(let data):
-                if let json = choice.json { return try json.decode(T.self, from: data) }
-                return try choice.codec.decode(T.self, from: data)
+            case .data(let data): return try choice.codec.decode(T.self, from: data)
             case .lent(let bytes):
                 // Only the JSON codec reads lent bytes: another codec (an app's own, or
                 // `RawDataCodec`, whose value is the bytes) may keep what it is given.

@@ -240,10 +240,6 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
         if case .key = ordering { keyed = true } else { keyed = false }
     }
 
-    func decode(_ data: Data, _ item: ViewItem) throws(DatabaseError) -> Value {
-        try context.decode(Value.self, data, key: item.key, collection: item.collection)
-    }
-
     func decode(_ stored: StoredValue, _ item: ViewItem) throws(DatabaseError) -> Value {
         try context.decode(Value.self, stored, key: item.key, collection: item.collection)
     }
@@ -297,9 +293,10 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
 
     func key(_ item: ViewItem, before: ViewCommitRecord.Stored) throws(DatabaseError) -> ViewSortKey {
         switch (before, keyed) {
-        case (.value(let data), false): return ViewSortKey(item: item, value: try decode(data, item))
+        case (.value(let data), false): return ViewSortKey(item: item, value: try decode(.data(data), item))
         case (.value(let data), true):
-            return ViewSortKey(item: item, value: SortKey(bytes: sortKey(item, try decode(data, item))))
+            return ViewSortKey(
+                item: item, value: SortKey(bytes: sortKey(item, try decode(.data(data), item))))
         case (.sortKey(let bytes), true): return ViewSortKey(item: item, value: SortKey(bytes: bytes))
         case (.sortKey, false):
             throw DatabaseError(
@@ -625,7 +622,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
 
     func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError) {
         let item = ViewItem(collection: collection, key: key)
-        let value = try order.decode(data, item)
+        let value = try order.decode(.data(data), item)
         let isMember = try membership?.contains(collection, key) ?? true
         let group = isMember ? order.group(collection, key, value) : nil
         if pending[item] != nil {
