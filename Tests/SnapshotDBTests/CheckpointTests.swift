@@ -290,6 +290,35 @@ struct CheckpointTests {
         }
     }
 
+    /// `vacuum()` writes about the whole database into the WAL: with a hard limit, it is refused
+    /// while a bookmark pins the WAL and those bytes would take it past the limit (a bookmark at
+    /// the newest commit pins them too: a vacuum makes no commit); nothing is written. Once the
+    /// bookmark is released it runs.
+    @Test func vacuumIsRefusedWhenItWouldTakeAPinnedWALPastTheHardLimit() throws {
+        var configuration = Self.smallConfiguration()
+        configuration.walHardLimitBytes = 512 << 10
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let writer = db.newConnection(name: "writer")
+            try writeCommits(writer, count: 150)
+            _ = try db.checkpoint(.truncate)
+            let fileBytes = try #require(
+                FileManager.default.attributesOfItem(atPath: db.path)[.size] as? Int64)
+            #expect(fileBytes > 512 << 10, "the database must be larger than the limit for this test")
+            let laggard = db.newConnection(name: "laggard")
+            try laggard.beginLongLivedReadTransaction()
+            let walBefore = db.checkpointer.knownWALBytes
+            let commit = db.latestCommit
+            let error = expectError(.walLimitExceeded) { try db.vacuum() }
+            #expect(error?.message.hasPrefix("vacuum() would write about") == true, "\(error as Any)")
+            #expect(error?.message.contains("connection 'laggard'") == true, "\(error as Any)")
+            #expect(db.checkpointer.knownWALBytes == walBefore, "a refused vacuum writes nothing")
+            #expect(db.latestCommit == commit)
+            try laggard.endLongLivedReadTransaction()
+            try db.vacuum()
+            #expect(try writer.read { try $0.count(inCollection: "items") } == 150 * 8)
+        }
+    }
+
     @Test func walLeftByAKilledProcessIsCleanedAtOpen() throws {
         try withTemporaryDirectory { directory throws in
             let path = directory.appendingPathComponent("crash.sqlite").path

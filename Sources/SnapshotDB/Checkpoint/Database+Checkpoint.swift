@@ -83,18 +83,33 @@ extension Database {
     /// The replicator's reader (Litestream's) is no pin here: the WAL is its to checkpoint and
     /// reset, it holds its read lock for as long as it runs, and the WAL's size it leaves (its
     /// checkpoint restarts the WAL at the next write) would never reach this process's count.
-    func checkWriteAllowed() throws(DatabaseError) {
+    ///
+    /// `vacuum()` passes the bytes it is about to write (about the whole database): it is
+    /// refused while pinned snapshots keep the WAL from being reset, when those bytes would take
+    /// the WAL past the limit.
+    func checkWriteAllowed(vacuuming bytes: Int64? = nil) throws(DatabaseError) {
         checkpointer.waitIfWritersOutrunCheckpoints()
-        guard let limit = configuration.walHardLimitBytes, checkpointer.knownWALBytes > limit else { return }
+        guard let limit = configuration.walHardLimitBytes,
+            checkpointer.knownWALBytes + (bytes ?? 0) > limit
+        else { return }
         let status = checkpointer.status(of: self, probingLocks: true)
         checkpointer.requestCheckpoint()
-        let lagging = status.laggingSnapshots
+        // A vacuum makes no commit: a bookmark at the newest commit pins what it writes too.
+        let lagging = bytes == nil ? status.laggingSnapshots : status.snapshots
         let readers = status.externalReaders.filter { !$0.isReplicator }
         guard !lagging.isEmpty || !readers.isEmpty else { return }
+        let pins = Checkpointer.culpritList(Checkpointer.culpritNames(lagging, readers))
+        if let bytes {
+            throw DatabaseError(
+                .walLimitExceeded,
+                "vacuum() would write about \(ByteCount(bytes)) into the WAL, which is \(ByteCount(status.walBytes)) "
+                    + "and cannot be checkpointed: pinned by \(pins); with the hard limit of \(ByteCount(limit)), "
+                    + "vacuum once these snapshots are released")
+        }
         throw DatabaseError(
             .walLimitExceeded,
             "the WAL is \(ByteCount(status.walBytes)), past the hard limit of \(ByteCount(limit)), "
-                + "and cannot be checkpointed: pinned by \(Checkpointer.culpritList(Checkpointer.culpritNames(lagging, readers))); "
-                + "writes resume once these snapshots are released")
+                + "and cannot be checkpointed: pinned by \(pins); writes resume once these snapshots are released"
+        )
     }
 }

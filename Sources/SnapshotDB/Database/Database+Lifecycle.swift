@@ -186,7 +186,9 @@ extension Database {
     /// counter are unchanged, so it makes no commit and no changeset.
     ///
     /// - Throws: `misuse` inside a read-write transaction of this database, `databaseClosed`,
-    ///   `diskFull` and other ``DatabaseError``s from SQLite.
+    ///   `walLimitExceeded` when ``Configuration/walHardLimitBytes`` is set and the rewrite would
+    ///   take the WAL past it while snapshots pin it (nothing is changed), `diskFull` and other
+    ///   ``DatabaseError``s from SQLite.
     public func vacuum() throws(DatabaseError) {
         try checkOpen()
         if writer.lock.isHeldByCurrentThread {
@@ -197,6 +199,9 @@ extension Database {
         try enterOperation()
         defer { operations.leave() }
         let handle = try openHandle()
+        // It rewrites every page: about the file's size goes into the WAL.
+        let pages = try handle.int64("PRAGMA page_count") ?? 0
+        try checkWriteAllowed(vacuuming: pages * Int64(try handle.pageSize()))
         handle.recordCommitFrames()
         writer.lock.lock()
         defer { writer.lock.unlock() }
