@@ -10,7 +10,10 @@ struct Checkpoint: ParsableCommand {
             Opens the database with SQLite (read-write, never creating it) after the inspection \
             library found the database and its -wal and -shm readable, runs sqlite3_wal_checkpoint_v2 in \
             the given mode and closes without the checkpoint-on-close. Exit status: 0 done, \
-            1 busy (a reader or writer kept the checkpoint from completing), 2 error.
+            1 busy (SQLite's SQLITE_BUSY: a full, restart or truncate checkpoint could not get the \
+            locks it waits for within the busy timeout), 2 error. A passive checkpoint never waits \
+            and is never busy: it copies what no reader still needs and exits 0, and its output \
+            says how far it got (log frames against checkpointed frames).
             """
     )
 

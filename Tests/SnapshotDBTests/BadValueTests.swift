@@ -269,6 +269,11 @@ extension ExtensionStepTests {
             let reader = db.newConnection(name: "reader")
             let error = expectError(.extensionStale) { try reader.read { try $0.view(named: "byTitle") } }
             #expect(error?.message.contains("cannot decode") == true, "\(String(describing: error))")
+            // The foreign client is named as such, and this process as the one that numbered it.
+            #expect(
+                error?.message.contains("a foreign client (its writes numbered by process \(getpid()))")
+                    == true,
+                "\(String(describing: error))")
             // The index was rebuilt with the foreign value, and kept up to date after it.
             try reader.read { txn throws in
                 #expect(try txn.index(named: "titles").count(where: "title IN ('x', 'y', 'z')") == 3)

@@ -347,6 +347,81 @@ struct IndexTests {
         }
     }
 
+    /// A column named like one the index's tables have already is refused with `misuse` before
+    /// anything is created (it was SQLite's `duplicate column name: id`, or FTS5's `reserved
+    /// fts5 column name: rank`), and an empty `where:` fragment is `invalidQuery` saying what to
+    /// pass instead (it was SQLite's `near ")": syntax error`).
+    @Test func reservedColumnNamesAndAnEmptyFragmentAreRefused() throws {
+        try withTemporaryDatabase { db throws in
+            let before = db.latestCommit
+            for name in ["id", "ID", "rowid", "oid", "_rowid_", "key", "collection"] {
+                let index = SecondaryIndex<Person>(
+                    name: "people", version: "1", collections: ["people"], columns: [.text(name)],
+                    extract: { _, _, person in [name: .text(person.city)] })
+                let error = expectError(.misuse) { try db.register(index) }
+                #expect(
+                    error?.message.hasPrefix("index column \"\(name)\" must be") == true, "\(error as Any)")
+                #expect(error?.message.contains("'id'") == true)
+            }
+            for name in ["rank", "rowid", "RANK"] {
+                let search = FullTextSearch<Article>(
+                    name: "articles", version: "1", collections: ["articles"], columns: [name],
+                    extract: { _, _, article in [name: article.title] })
+                let error = expectError(.misuse) { try db.register(search) }
+                #expect(
+                    error?.message.hasPrefix("full-text column \"\(name)\" must be") == true,
+                    "\(error as Any)")
+            }
+            #expect(db.latestCommit == before)
+            #expect(db.registeredExtensions.isEmpty)
+            let ages = SecondaryIndex<Person>(
+                name: "ages", version: "1", collections: ["people"], columns: [.integer("age")],
+                extract: { _, _, person in ["age": .integer(person.age)] })
+            try db.register(ages)
+            try db.newConnection(name: "reader").read { txn in
+                let index = try txn.index(named: "ages")
+                for fragment in ["", "  \n"] {
+                    let error = expectError(.invalidQuery) { try index.keys(where: fragment) }
+                    #expect(error?.message.contains("pass \"1\"") == true, "\(error as Any)")
+                }
+                #expect(try index.keys(where: "1").isEmpty)
+            }
+        }
+    }
+
+    /// A view registered under the name of an index this process keeps is `misuse` (it replaced
+    /// the index, dropping its tables); after `unregister` the name is free. The index stays,
+    /// with its rows.
+    @Test func anotherKindUnderARegisteredNameIsRefused() throws {
+        try withTemporaryDatabase { db throws in
+            let people = SecondaryIndex<Person>(
+                name: "people", version: "1", collections: ["people"], columns: [.text("city")],
+                extract: { _, _, person in ["city": .text(person.city)] })
+            try db.register(people)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite {
+                try $0.set(Person(city: "Oslo", age: 30), forKey: "p1", inCollection: "people")
+            }
+            let commit = db.latestCommit
+            let view = View<Person>(
+                name: "people", version: "1", collections: ["people"], group: { _, _, person in person.city },
+                areInIncreasingOrder: { $0.age < $1.age })
+            let error = expectError(.misuse) { try db.register(view) }
+            #expect(
+                error?.message
+                    == "extension 'people' is registered in this process as a secondary index; unregister it "
+                    + "before registering a view under its name", "\(error as Any)")
+            #expect(db.latestCommit == commit)
+            #expect(
+                try writer.read { try $0.index(named: "people").keys(where: "city = ?", ["Oslo"]).count } == 1
+            )
+            try db.unregister("people")
+            try db.register(view)
+            #expect(
+                try writer.read { try $0.view(named: "people").items(inGroup: "Oslo").map(\.key) } == ["p1"])
+        }
+    }
+
     /// An index or a full-text index of no columns is refused before anything is created (it
     /// was a raw SQL error, or an index whose every query found nothing).
     @Test func indexesOfNoColumnsAreRefused() throws {

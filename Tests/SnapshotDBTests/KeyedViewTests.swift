@@ -184,6 +184,61 @@ struct KeyedViewTests {
         }
     }
 
+    /// A closure view registered again under the version the file holds with its order
+    /// reversed is refused with `extensionChanged` (a sampled page's last item sorts before its
+    /// first), and nothing changes; the same order, and a closure that is not a strict order
+    /// (`<=`) over pages whose ends are equal, are accepted.
+    @Test func aReversedClosureOrderUnderTheSameVersionIsRefused() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for index in 0..<200 {
+                    try txn.set(
+                        Note(title: String(format: "%03d", index), folder: "inbox", archived: false),
+                        forKey: "n\(index)", inCollection: "notes")
+                }
+            }
+            let commit = db.latestCommit
+            let reversed = View<Note>(
+                name: "byTitle", version: "1", collections: ["notes"],
+                group: { _, _, note in note.archived ? nil : note.folder },
+                areInIncreasingOrder: { $0.title > $1.title })
+            let error = expectError(.extensionChanged) { try db.register(reversed) }
+            #expect(error?.message.contains("view 'byTitle' version '1'") == true)
+            #expect(error?.message.contains("Its order changed") == true)
+            #expect(db.latestCommit == commit)
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "000a", folder: "inbox", archived: false), forKey: "new",
+                    inCollection: "notes")
+            }
+            #expect(
+                try writer.read { try $0.view(named: "byTitle").items(inGroup: "inbox").prefix(3).map(\.key) }
+                    == ["n0", "new", "n1"])
+            try db.register(ViewTests.byTitle)
+        }
+        // Equal values at both ends of every page: `<=` holds both ways and is not taken for a
+        // changed order.
+        try withTemporaryDatabase { db throws in
+            let byFolder = View<Note>(
+                name: "byFolder", version: "1", collections: ["notes"],
+                group: { _, _, note in note.folder }, areInIncreasingOrder: { $0.folder < $1.folder })
+            try db.register(byFolder)
+            try db.newConnection(name: "writer").readWrite { txn in
+                for index in 0..<200 {
+                    try txn.set(
+                        Note(title: "\(index)", folder: "inbox", archived: false), forKey: "n\(index)",
+                        inCollection: "notes")
+                }
+            }
+            try db.register(
+                View<Note>(
+                    name: "byFolder", version: "1", collections: ["notes"],
+                    group: { _, _, note in note.folder }, areInIncreasingOrder: { $0.folder <= $1.folder }))
+        }
+    }
+
     /// Registering a view again under the version the file holds, with another sort key or
     /// grouping, is refused with `extensionChanged` and changes nothing; a new version rebuilds.
     @Test func aChangedKeyUnderTheSameVersionIsRefusedAndANewVersionRebuilds() throws {

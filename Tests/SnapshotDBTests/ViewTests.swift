@@ -390,6 +390,40 @@ struct ViewTests {
         }
     }
 
+    /// A bookmark from before this process registered a new version of a view reads the old
+    /// version in its snapshot: it is told to advance (`unknownExtension`), not that another
+    /// registration conflicts; after advancing it reads the new version.
+    @Test func aSnapshotFromBeforeANewVersionIsToldToAdvance() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(Self.byTitle)
+            try db.newConnection(name: "writer").readWrite { txn in
+                try txn.set(
+                    Note(title: "a", folder: "inbox", archived: false), forKey: "a", inCollection: "notes")
+                try txn.set(
+                    Note(title: "b", folder: "inbox", archived: false), forKey: "b", inCollection: "notes")
+            }
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            let snapshot = db.latestCommit
+            let descending = View<Note>(
+                name: "byTitle", version: "2", collections: ["notes"],
+                group: { _, _, note in note.folder }, areInIncreasingOrder: { $0.title > $1.title })
+            try db.register(descending)
+            let error = expectError(.unknownExtension) { try ui.read { try $0.view(named: "byTitle") } }
+            #expect(
+                error?.message.contains(
+                    "version '2' was registered by this process at commit \(snapshot + 1)") == true)
+            #expect(error?.message.contains("holds view version '1'") == true)
+            #expect(error?.message.contains("advance the bookmark") == true)
+            #expect(error?.message.contains("t5:") == false)
+            try ui.beginLongLivedReadTransaction()
+            #expect(
+                try ui.read { try $0.view(named: "byTitle").items(inGroup: "inbox").map(\.key) } == [
+                    "b", "a",
+                ])
+        }
+    }
+
     @Test func updatesInPlaceMovesAndSections() throws {
         try withTemporaryDatabase { db throws in
             try db.register(Self.byTitle)

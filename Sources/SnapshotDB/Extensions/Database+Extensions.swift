@@ -13,8 +13,9 @@ extension Database {
     /// under the same name and version only replaces the closures (they must compute the
     /// same thing; give them a new version when they do not).
     ///
-    /// - Throws: `misuse` for a name that is not letters, digits and underscores (at most 64)
-    ///   or a type that is not one of SnapshotDB's extensions; `decodingFailed` when a stored
+    /// - Throws: `misuse` for a name that is not letters, digits and underscores (at most 64),
+    ///   a name this process has registered an extension of another kind under, or a type that
+    ///   is not one of SnapshotDB's extensions; `decodingFailed` when a stored
     ///   value is not of the extension's type; `unknownExtension` when it reads an extension
     ///   that is not registered (a search-results view's full-text index); `invalidQuery` for a
     ///   search-results view whose query is not valid FTS5; and what a write transaction throws.
@@ -67,6 +68,19 @@ extension Database {
             guard !definitions.contains(where: { $0.name == definition.name }) else {
                 throw DatabaseError(
                     .misuse, "two extensions of one registration are named '\(definition.name)'")
+            }
+            // Replacing a live extension by one of another kind under its name would drop the
+            // tables that this process's readers of the first one read: a name clash, not a new
+            // version. (The file's extension of another kind, from an earlier run or another
+            // process, is rebuilt like a new version.)
+            if let registered = extensionDefinition(named: definition.name),
+                registered.kind != definition.kind
+            {
+                throw DatabaseError(
+                    .misuse,
+                    "extension '\(definition.name)' is registered in this process as a "
+                        + "\(ExtensionCatalog.kindName(registered.kind)); unregister it before registering a "
+                        + "\(ExtensionCatalog.kindName(definition.kind)) under its name")
             }
             definitions.append(definition)
         }
@@ -183,9 +197,18 @@ extension Database {
         state.withLock { $0.extensions[name] }
     }
 
-    func setExtension(_ definition: (any ExtensionDefinition)?, named name: String) {
+    /// The commit at which this process built the extension registered as `name`, if it did
+    /// (see ``DatabaseState/extensionBuilds``).
+    func extensionBuild(named name: String) -> UInt64? {
+        state.withLock { $0.extensionBuilds[name] }
+    }
+
+    /// Registers `definition` as `name` (unregisters it for `nil`), built by this process at
+    /// commit `builtAt` (`nil`: not built by this process).
+    func setExtension(_ definition: (any ExtensionDefinition)?, named name: String, builtAt: UInt64? = nil) {
         let count = state.withLock { state in
             state.extensions[name] = definition
+            state.extensionBuilds[name] = definition == nil ? nil : builtAt
             state.orderedExtensions = state.extensions.values.sorted {
                 ($0.dependencies.isEmpty ? 0 : 1, $0.name) < ($1.dependencies.isEmpty ? 0 : 1, $1.name)
             }
@@ -205,7 +228,8 @@ extension Database {
         guard !name.isEmpty, name.utf8.count <= 64, allowed else {
             throw DatabaseError(
                 .misuse,
-                "extension name \(name.debugDescription) must be 1 to 64 letters, digits and underscores")
+                "extension name \(name.debugDescription) must be 1 to 64 ASCII letters, digits and underscores"
+            )
         }
     }
 }
@@ -264,7 +288,7 @@ extension ReadWriteTransaction {
         try ExtensionCatalog.record(definition, handle: handle)
         try ExtensionCatalog.recordState(
             definition, commit: commit + 1, connection: core.name, handle: handle)
-        setRegistered(definition, named: definition.name)
+        setRegistered(definition, named: definition.name, built: true)
         extensionWriters.excluded.remove(definition.name)
         return context
     }
@@ -273,11 +297,15 @@ extension ReadWriteTransaction {
     /// for this transaction and those after it; a rollback of the transaction puts back what was
     /// registered before, still under the writer lock, so that no other writer ever sees a
     /// registration that did not commit.
-    func setRegistered(_ definition: (any ExtensionDefinition)?, named name: String) {
+    ///
+    /// `built` says that this transaction builds it (its commit is then the build's, see
+    /// ``Database/extensionBuild(named:)``); otherwise the build this process recorded stays.
+    func setRegistered(_ definition: (any ExtensionDefinition)?, named name: String, built: Bool = false) {
         let database = core.database
         let before = database.extensionDefinition(named: name)
-        onRollback { database.setExtension(before, named: name) }
-        database.setExtension(definition, named: name)
+        let builtBefore = database.extensionBuild(named: name)
+        onRollback { database.setExtension(before, named: name, builtAt: builtBefore) }
+        database.setExtension(definition, named: name, builtAt: built ? commit + 1 : builtBefore)
     }
 
     /// Drops the extension registered as `name`, its tables and its record.
@@ -320,9 +348,15 @@ extension ReadTransaction {
         guard installed.version == definition.storedVersion,
             installed.kind == definition.kind
         else {
-            let theirs =
-                installed.version.split(separator: ":", maxSplits: 1).last.map(String.init)
-                ?? installed.version
+            let theirs = ExtensionCatalog.publicVersion(installed.version)
+            if let built = core.database.extensionBuild(named: definition.name), built > commit {
+                throw DatabaseError(
+                    .unknownExtension,
+                    "\(definition.kind) '\(definition.name)' version '\(definition.version)' was registered by this "
+                        + "process at commit \(built), after the snapshot this transaction reads (commit \(commit)), "
+                        + "which holds \(installed.kind) version '\(theirs)'; advance the bookmark to read it"
+                )
+            }
             var who = "another registration"
             if let process = state?.registeredProcess, let at = state?.registeredCommit {
                 who =
@@ -338,11 +372,14 @@ extension ReadTransaction {
         }
         if let stale = state?.staleCommit {
             let process: String = state?.staleProcess.map { String($0) } ?? "?"
-            let connection: String =
-                state?.staleConnection.map { " (connection '\($0)')" } ?? " (a foreign client)"
+            // A SnapshotDB connection that did not keep it, or a foreign client (the `sqlite3`
+            // shell), whose writes the process named numbered.
+            let who =
+                state?.staleConnection.map { "process \(process) (connection '\($0)')" }
+                ?? "a foreign client (its writes numbered by process \(process))"
             throw DatabaseError(
                 .extensionStale,
-                "extension '\(definition.name)' is stale since commit \(stale): process \(process)\(connection) "
+                "extension '\(definition.name)' is stale since commit \(stale): \(who) "
                     + "changed its values without keeping it (it did not register it, registered another "
                     + "version, or wrote a value it cannot decode); register it again to rebuild it")
         }
@@ -360,6 +397,21 @@ enum ExtensionCatalog {
         """
 
     /// The kind and version of `name` in the open transaction's snapshot, or `nil`.
+    /// What an extension of `kind` is called in messages.
+    static func kindName(_ kind: String) -> String {
+        switch kind {
+        case "index": "secondary index"
+        case "search": "full-text index"
+        default: kind
+        }
+    }
+
+    /// The version an app gave, of a version as the catalog stores it (the tables' format
+    /// first: ``ExtensionDefinition/storedVersion``).
+    static func publicVersion(_ stored: String) -> String {
+        stored.split(separator: ":", maxSplits: 1).last.map(String.init) ?? stored
+    }
+
     static func installed(_ name: String, handle: SQLiteHandle) throws(DatabaseError) -> (
         kind: String, version: String
     )? {

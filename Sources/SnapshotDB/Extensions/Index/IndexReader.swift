@@ -42,8 +42,8 @@ public struct IndexReader {
     ///
     /// - Throws: `invalidQuery` for a fragment that names anything but the index's columns, is
     ///   not valid SQL, holds a comment or a second statement, or whose `?` count differs from
-    ///   `arguments`; `misuse` for a negative `limit` (`nil` is no limit); a ``DatabaseError``
-    ///   from SQLite.
+    ///   `arguments`, and for an empty `whereClause` (`"1"` matches every row); `misuse` for a
+    ///   negative `limit` (`nil` is no limit); a ``DatabaseError`` from SQLite.
     public func keys(
         where whereClause: String, _ arguments: [IndexValue] = [], orderBy: String? = nil, limit: Int? = nil
     ) throws(DatabaseError) -> [ViewItem] {
@@ -105,6 +105,10 @@ public struct IndexReader {
         -> String
     {
         try transaction.checkActive()
+        // SQLite would only say `near ")": syntax error` of the query around it.
+        guard !whereClause.allSatisfy(\.isWhitespace) else {
+            throw DatabaseError(.invalidQuery, "the where: fragment is empty; to match every row, pass \"1\"")
+        }
         for fragment in [whereClause, orderBy ?? ""] {
             if fragment.utf8.count > Self.maximumFragmentBytes {
                 throw DatabaseError(

@@ -111,11 +111,12 @@ struct IndexTable {
     }
 
     /// Column names become SQL identifiers: letters, digits and underscores, not starting with a
-    /// digit, and not the table's own `collection` and `key`; `what` (for messages) needs at
+    /// digit, and none of `reserved` (compared without case); `what` (for messages) needs at
     /// least one.
-    static func checkColumns(_ columns: [IndexColumn], of what: String = "a secondary index")
-        throws(DatabaseError)
-    {
+    static func checkColumns(
+        _ columns: [IndexColumn], of what: String = "a secondary index", column noun: String = "index column",
+        reserved: [String] = reservedColumns
+    ) throws(DatabaseError) {
         guard !columns.isEmpty else { throw DatabaseError(.misuse, "\(what) needs at least one column") }
         var seen: Set<String> = []
         for column in columns {
@@ -128,16 +129,20 @@ struct IndexTable {
                         || (byte >= 0x61 && byte <= 0x7A)
                         || byte == 0x5F
                 }
-            guard valid, !["collection", "key"].contains(name.lowercased()),
-                seen.insert(name.lowercased()).inserted
-            else {
+            guard valid, !reserved.contains(name.lowercased()), seen.insert(name.lowercased()).inserted else {
                 throw DatabaseError(
                     .misuse,
-                    "index column \(name.debugDescription) must be letters, digits and underscores, unique, "
-                        + "and not 'collection' or 'key'")
+                    "\(noun) \(name.debugDescription) must be letters, digits and underscores (not starting with "
+                        + "a digit), unique, and none of '\(reserved.joined(separator: "', '"))' (names the index's "
+                        + "tables use)")
             }
         }
     }
+
+    /// Column names an index's table has already, or SQLite gives every table: an index column
+    /// named so would collide with them (`CREATE TABLE` refuses a second `id`; a column named
+    /// `rowid` would hide the rowid from the app's `where:` fragments).
+    static let reservedColumns = ["collection", "key", "id", "rowid", "oid", "_rowid_"]
 
     /// The statements a writer runs per item.
     enum Statement: Int, CaseIterable {

@@ -43,7 +43,10 @@ public struct FullTextSearch<Value: Decodable & Sendable>: ExtensionDefinition {
     var kind: String { "search" }
 
     func createTables(_ context: ExtensionContext) throws(DatabaseError) {
-        try IndexTable.checkColumns(columns.map { .text($0) }, of: "a full-text index")
+        // FTS5 refuses columns named `rank` or `rowid` (its own hidden columns).
+        try IndexTable.checkColumns(
+            columns.map { .text($0) }, of: "a full-text index", column: "full-text column",
+            reserved: ["collection", "key", "rank", "rowid"])
         let prefix = context.tablePrefix
         let names = columns.map { "\"\($0)\"" }.joined(separator: ", ")
         try context.handle.execute(

@@ -356,8 +356,10 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
 
     /// Throws `extensionChanged` when an item of a sampled page is not in the group `group`
     /// gives its value now, or (keyed views) is stored with another sort key than `sortKey`
-    /// gives. A view's membership beyond `group` (a search-results view's query) is not checked,
-    /// nor are closure orders (their comparisons cannot be replayed from one item).
+    /// gives, or (closure views) a sampled page's last item sorts before its first by
+    /// `areInIncreasingOrder` (a reversed or otherwise changed order; a change that keeps every
+    /// sampled page's ends in order goes unseen). A view's membership beyond `group` (a
+    /// search-results view's query) is not checked.
     func checkStored(version: String) throws(DatabaseError) {
         let prefix = context.tablePrefix
         let select = try context.handle.cachedStatement(
@@ -377,12 +379,14 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
         }
         select.reset()
         for (stored, items) in pages {
-            for index in Set([0, items.count - 1]) {
+            var ends: [(item: ViewItem, value: Value)] = []
+            for index in Set([0, items.count - 1]).sorted() {
                 let item = items[index]
                 guard let value = try context.value(Value.self, key: item.key, collection: item.collection)
                 else {
                     throw ViewPages.damaged(prefix, "\(item) is in the view but has no value")
                 }
+                ends.append((item, value))
                 let now = group(item.collection, item.key, value)
                 var differs = now != stored
                 var what =
@@ -400,6 +404,19 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
                     "view '\(context.name)' version '\(version)' does not compute what the file holds for that "
                         + "version: \(item) is stored \(what). Its grouping or order changed; give it a new version "
                         + "to rebuild it")
+            }
+            // The page holds its items in the stored order: its last may not sort before its first.
+            // (Both ways round, so that a closure that is not a strict order, `<=`, is not taken
+            // for a changed one where the two are equal.)
+            if !keyed, ends.count == 2, less(ends[1].value, ends[1].item, ends[0].value, ends[0].item),
+                !less(ends[0].value, ends[0].item, ends[1].value, ends[1].item)
+            {
+                throw DatabaseError(
+                    .extensionChanged,
+                    "view '\(context.name)' version '\(version)' does not compute what the file holds for that "
+                        + "version: \(ends[0].item) is stored before \(ends[1].item) in group "
+                        + "\(QuotedInput.quote(stored)), and the registered view's order puts it after. Its order "
+                        + "changed; give it a new version to rebuild it")
             }
         }
     }

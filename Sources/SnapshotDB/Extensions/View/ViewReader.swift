@@ -17,7 +17,7 @@ extension ReadTransaction {
         return DatabaseError(
             .unknownExtension,
             "no \(what) named '\(name)' is registered in this process, but the file has one at this snapshot "
-                + "(\(installed.kind) version '\(installed.version)'): another process or an earlier run "
+                + "(\(installed.kind) version '\(ExtensionCatalog.publicVersion(installed.version))'): another process or an earlier run "
                 + "registered it, or this process unregistered it after the snapshot; register it in this "
                 + "process to read it")
     }
