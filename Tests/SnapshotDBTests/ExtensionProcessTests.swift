@@ -64,8 +64,24 @@ struct ExtensionProcessTests {
                     Note(title: "b", folder: "work", archived: false), forKey: "n2", inCollection: "notes")
             }
             expectError(.extensionStale) { try reader.read { try $0.view(named: "byTitle") } }
+            let bookmarked = db.newConnection(name: "bookmarked")
+            try bookmarked.beginLongLivedReadTransaction()
             // Registering the same version again rebuilds it from the values.
             try db.register(ViewTests.byTitle)
+            // A bookmark from before the rebuild is told to advance (registering again would
+            // change nothing: the newest state is not stale).
+            let behind = expectError(.extensionStale) {
+                try bookmarked.read { try $0.view(named: "byTitle") }
+            }
+            #expect(
+                behind?.message.contains("was rebuilt at commit \(db.latestCommit); advance the bookmark")
+                    == true,
+                "\(String(describing: behind))")
+            try bookmarked.beginLongLivedReadTransaction()
+            #expect(
+                try bookmarked.read { try $0.view(named: "byTitle").items(inGroup: "work").map(\.key) } == [
+                    "n2"
+                ])
             try reader.read { txn in
                 let view = try txn.view(named: "byTitle")
                 #expect(ViewTests.rows(view) == (try ViewTests.expectedRows(txn)))

@@ -354,7 +354,7 @@ struct IndexTests {
     @Test func reservedColumnNamesAndAnEmptyFragmentAreRefused() throws {
         try withTemporaryDatabase { db throws in
             let before = db.latestCommit
-            for name in ["id", "ID", "rowid", "oid", "_rowid_", "key", "collection"] {
+            for name in ["id", "ID", "key", "collection"] {
                 let index = SecondaryIndex<Person>(
                     name: "people", version: "1", collections: ["people"], columns: [.text(name)],
                     extract: { _, _, person in [name: .text(person.city)] })

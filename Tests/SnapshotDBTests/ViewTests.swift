@@ -412,7 +412,9 @@ struct ViewTests {
             let error = expectError(.unknownExtension) { try ui.read { try $0.view(named: "byTitle") } }
             #expect(
                 error?.message.contains(
-                    "version '2' was registered by this process at commit \(snapshot + 1)") == true)
+                    "version '2', which this process registered, was built at commit \(snapshot + 1)")
+                    == true,
+                "\(error as Any)")
             #expect(error?.message.contains("holds view version '1'") == true)
             #expect(error?.message.contains("advance the bookmark") == true)
             #expect(error?.message.contains("t5:") == false)

@@ -94,8 +94,12 @@ extension Database {
         else { return }
         let status = checkpointer.status(of: self, probingLocks: true)
         checkpointer.requestCheckpoint()
-        // A vacuum makes no commit: a bookmark at the newest commit pins what it writes too.
-        let lagging = bytes == nil ? status.laggingSnapshots : status.snapshots
+        // A vacuum makes no commit: a bookmark at the newest commit pins what it writes too. (A
+        // transaction under way on another thread is no pin: the vacuum waits for the writer
+        // lock, and a read of the newest commit ends by itself.)
+        let lagging =
+            bytes == nil
+            ? status.laggingSnapshots : status.snapshots.filter { $0.commitsBehind > 0 || $0.isBookmark }
         let readers = status.externalReaders.filter { !$0.isReplicator }
         guard !lagging.isEmpty || !readers.isEmpty else { return }
         let pins = Checkpointer.culpritList(Checkpointer.culpritNames(lagging, readers))

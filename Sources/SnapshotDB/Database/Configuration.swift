@@ -152,7 +152,9 @@ public struct Configuration: Sendable {
 
     /// An optional hard limit: past this WAL size, new read-write transactions throw
     /// ``DatabaseError/Code/walLimitExceeded`` naming the snapshots that pin the WAL, until
-    /// they are released. `nil` (the default) never refuses a write.
+    /// they are released; `Database.vacuum()`, which writes about the whole database into the
+    /// WAL, is refused while snapshots pin it if it would take the WAL past the limit. `nil` (the
+    /// default) never refuses a write.
     public var walHardLimitBytes: Int64? = nil
 
     /// The size SQLite trims a reset WAL file to (`PRAGMA journal_size_limit`), 8 MiB by

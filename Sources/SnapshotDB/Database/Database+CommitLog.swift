@@ -28,9 +28,10 @@ struct DatabaseState {
     /// Counts the changes of ``extensions``: what is derived from the registry (the writer's
     /// upkeep check) is cached under it.
     var extensionGeneration: UInt64 = 0
-    /// The commit at which this process built each extension it registered (made its tables
-    /// anew and filled them), by name. A snapshot older than that holds what the file had
-    /// before: a reader there is told to advance, not that another registration conflicts.
+    /// The commit that built the version of each extension this process registered, by name:
+    /// this process's build, or the one the file's state records when the file had that version
+    /// already. A snapshot older than that holds what the file had before: a reader there is
+    /// told to advance, not that another registration conflicts or that the extension is stale.
     var extensionBuilds: [String: UInt64] = [:]
 }
 

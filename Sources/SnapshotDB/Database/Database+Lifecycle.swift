@@ -199,9 +199,10 @@ extension Database {
         try enterOperation()
         defer { operations.leave() }
         let handle = try openHandle()
-        // It rewrites every page: about the file's size goes into the WAL.
+        // It rewrites every page in use: about that much goes into the WAL.
         let pages = try handle.int64("PRAGMA page_count") ?? 0
-        try checkWriteAllowed(vacuuming: pages * Int64(try handle.pageSize()))
+        let free = try handle.int64("PRAGMA freelist_count") ?? 0
+        try checkWriteAllowed(vacuuming: max(0, pages - free) * Int64(try handle.pageSize()))
         handle.recordCommitFrames()
         writer.lock.lock()
         defer { writer.lock.unlock() }

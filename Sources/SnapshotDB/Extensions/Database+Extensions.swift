@@ -76,11 +76,7 @@ extension Database {
             if let registered = extensionDefinition(named: definition.name),
                 registered.kind != definition.kind
             {
-                throw DatabaseError(
-                    .misuse,
-                    "extension '\(definition.name)' is registered in this process as a "
-                        + "\(ExtensionCatalog.kindName(registered.kind)); unregister it before registering a "
-                        + "\(ExtensionCatalog.kindName(definition.kind)) under its name")
+                throw Self.kindClash(definition, registered: registered)
             }
             definitions.append(definition)
         }
@@ -137,7 +133,7 @@ extension Database {
             return
         }
         // A registration that fails rolls back, tables and catalog, and the registry with them,
-        // under the writer lock (``ReadWriteTransaction/setRegistered(_:named:)``).
+        // under the writer lock (``ReadWriteTransaction/setRegistered(_:named:builtAt:)``).
         do {
             try connection.readWrite { transaction in try transaction.install(ordered) }
         } catch {
@@ -197,14 +193,25 @@ extension Database {
         state.withLock { $0.extensions[name] }
     }
 
-    /// The commit at which this process built the extension registered as `name`, if it did
-    /// (see ``DatabaseState/extensionBuilds``).
+    /// The `misuse` of registering `definition` under the name of `registered`, of another kind.
+    static func kindClash(_ definition: any ExtensionDefinition, registered: any ExtensionDefinition)
+        -> DatabaseError
+    {
+        DatabaseError(
+            .misuse,
+            "extension '\(definition.name)' is registered in this process as a "
+                + "\(ExtensionCatalog.kindName(registered.kind)); unregister it before registering a "
+                + "\(ExtensionCatalog.kindName(definition.kind)) under its name")
+    }
+
+    /// The commit that built the version of the extension this process registered as `name`,
+    /// when known (see ``DatabaseState/extensionBuilds``).
     func extensionBuild(named name: String) -> UInt64? {
         state.withLock { $0.extensionBuilds[name] }
     }
 
-    /// Registers `definition` as `name` (unregisters it for `nil`), built by this process at
-    /// commit `builtAt` (`nil`: not built by this process).
+    /// Registers `definition` as `name` (unregisters it for `nil`), its version built at commit
+    /// `builtAt` (`nil`: not known).
     func setExtension(_ definition: (any ExtensionDefinition)?, named name: String, builtAt: UInt64? = nil) {
         let count = state.withLock { state in
             state.extensions[name] = definition
@@ -268,7 +275,15 @@ extension ReadWriteTransaction {
         // still in it). The file stores "every collection" as NULL, as it stores collections it
         // never recorded (an extension of a schema 2 file): both are taken as every collection,
         // so a set registered over either is rebuilt once, and the set is recorded.
-        let isStale = try ExtensionCatalog.state(definition.name, handle: handle)?.staleCommit != nil
+        // A registration of another kind under this name made by another thread since
+        // `register` checked (this runs under the writer lock).
+        if let registered = core.database.extensionDefinition(named: definition.name),
+            registered.kind != definition.kind
+        {
+            throw Database.kindClash(definition, registered: registered)
+        }
+        let fileState = try ExtensionCatalog.state(definition.name, handle: handle)
+        let isStale = fileState?.staleCommit != nil
         let stored = try ExtensionCatalog.entries(handle: handle).first { $0.name == definition.name }
         let sameCollections = stored.map { $0.collections == definition.collections } ?? true
         if let installed, installed.kind == definition.kind,
@@ -278,7 +293,8 @@ extension ReadWriteTransaction {
                 let context = try core.extensionContext(named: definition.name, transaction: self)
                 try view.ranking(context).checkStored(version: definition.version)
             }
-            setRegistered(definition, named: definition.name)
+            // Built by the commit the file's state records (another process's, an earlier run's).
+            setRegistered(definition, named: definition.name, builtAt: fileState?.registeredCommit)
             extensionWriters.excluded.remove(definition.name)
             return nil
         }
@@ -288,7 +304,7 @@ extension ReadWriteTransaction {
         try ExtensionCatalog.record(definition, handle: handle)
         try ExtensionCatalog.recordState(
             definition, commit: commit + 1, connection: core.name, handle: handle)
-        setRegistered(definition, named: definition.name, built: true)
+        setRegistered(definition, named: definition.name, builtAt: commit + 1)
         extensionWriters.excluded.remove(definition.name)
         return context
     }
@@ -298,14 +314,14 @@ extension ReadWriteTransaction {
     /// registered before, still under the writer lock, so that no other writer ever sees a
     /// registration that did not commit.
     ///
-    /// `built` says that this transaction builds it (its commit is then the build's, see
-    /// ``Database/extensionBuild(named:)``); otherwise the build this process recorded stays.
-    func setRegistered(_ definition: (any ExtensionDefinition)?, named name: String, built: Bool = false) {
+    /// `builtAt` is the commit that built the version registered (see
+    /// ``Database/extensionBuild(named:)``), when known.
+    func setRegistered(_ definition: (any ExtensionDefinition)?, named name: String, builtAt: UInt64? = nil) {
         let database = core.database
         let before = database.extensionDefinition(named: name)
         let builtBefore = database.extensionBuild(named: name)
         onRollback { database.setExtension(before, named: name, builtAt: builtBefore) }
-        database.setExtension(definition, named: name, builtAt: built ? commit + 1 : builtBefore)
+        database.setExtension(definition, named: name, builtAt: builtAt)
     }
 
     /// Drops the extension registered as `name`, its tables and its record.
@@ -352,9 +368,9 @@ extension ReadTransaction {
             if let built = core.database.extensionBuild(named: definition.name), built > commit {
                 throw DatabaseError(
                     .unknownExtension,
-                    "\(definition.kind) '\(definition.name)' version '\(definition.version)' was registered by this "
-                        + "process at commit \(built), after the snapshot this transaction reads (commit \(commit)), "
-                        + "which holds \(installed.kind) version '\(theirs)'; advance the bookmark to read it"
+                    "\(definition.kind) '\(definition.name)' version '\(definition.version)', which this process "
+                        + "registered, was built at commit \(built), after the snapshot this transaction reads (commit "
+                        + "\(commit)), which holds \(installed.kind) version '\(theirs)'; advance the bookmark to read it"
                 )
             }
             var who = "another registration"
@@ -371,6 +387,13 @@ extension ReadTransaction {
             )
         }
         if let stale = state?.staleCommit {
+            if let built = core.database.extensionBuild(named: definition.name), built > commit {
+                throw DatabaseError(
+                    .extensionStale,
+                    "extension '\(definition.name)' is stale at the snapshot this transaction reads (commit "
+                        + "\(commit), since commit \(stale)), and was rebuilt at commit \(built); advance the bookmark "
+                        + "to read it")
+            }
             let process: String = state?.staleProcess.map { String($0) } ?? "?"
             // A SnapshotDB connection that did not keep it, or a foreign client (the `sqlite3`
             // shell), whose writes the process named numbered.
@@ -396,7 +419,6 @@ enum ExtensionCatalog {
             name TEXT PRIMARY KEY NOT NULL, kind TEXT NOT NULL, version TEXT NOT NULL) WITHOUT ROWID
         """
 
-    /// The kind and version of `name` in the open transaction's snapshot, or `nil`.
     /// What an extension of `kind` is called in messages.
     static func kindName(_ kind: String) -> String {
         switch kind {
@@ -412,6 +434,7 @@ enum ExtensionCatalog {
         stored.split(separator: ":", maxSplits: 1).last.map(String.init) ?? stored
     }
 
+    /// The kind and version of `name` in the open transaction's snapshot, or `nil`.
     static func installed(_ name: String, handle: SQLiteHandle) throws(DatabaseError) -> (
         kind: String, version: String
     )? {

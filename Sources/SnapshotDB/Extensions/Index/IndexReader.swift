@@ -109,6 +109,10 @@ public struct IndexReader {
         guard !whereClause.allSatisfy(\.isWhitespace) else {
             throw DatabaseError(.invalidQuery, "the where: fragment is empty; to match every row, pass \"1\"")
         }
+        if let orderBy, orderBy.allSatisfy(\.isWhitespace) {
+            throw DatabaseError(
+                .invalidQuery, "the orderBy: fragment is empty; pass nil for the default order")
+        }
         for fragment in [whereClause, orderBy ?? ""] {
             if fragment.utf8.count > Self.maximumFragmentBytes {
                 throw DatabaseError(

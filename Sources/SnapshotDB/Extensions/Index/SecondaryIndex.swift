@@ -139,10 +139,10 @@ struct IndexTable {
         }
     }
 
-    /// Column names an index's table has already, or SQLite gives every table: an index column
-    /// named so would collide with them (`CREATE TABLE` refuses a second `id`; a column named
-    /// `rowid` would hide the rowid from the app's `where:` fragments).
-    static let reservedColumns = ["collection", "key", "id", "rowid", "oid", "_rowid_"]
+    /// The column names an index's table has already: `CREATE TABLE` refuses a second `id`.
+    /// (`rowid`, `oid` and `_rowid_` are allowed, as they always were: a column of that name
+    /// shadows the rowid, which the index reads as `id`.)
+    static let reservedColumns = ["collection", "key", "id"]
 
     /// The statements a writer runs per item.
     enum Statement: Int, CaseIterable {

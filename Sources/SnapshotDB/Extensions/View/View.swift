@@ -416,7 +416,8 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
                     "view '\(context.name)' version '\(version)' does not compute what the file holds for that "
                         + "version: \(ends[0].item) is stored before \(ends[1].item) in group "
                         + "\(QuotedInput.quote(stored)), and the registered view's order puts it after. Its order "
-                        + "changed; give it a new version to rebuild it")
+                        + "changed (or its closure is not a strict weak order, which a view's order must be); give "
+                        + "it a new version to rebuild it")
             }
         }
     }
