@@ -251,6 +251,74 @@ final class Writer: Sendable {
 
     // MARK: Sealing foreign writes
 
+    /// Up to this many keys changed by foreign clients, the extensions are kept item by item
+    /// when the writes are sealed (``keepAfterForeignWrites(_:_:handle:excluding:)``); past it
+    /// they are rebuilt. An item costs about what a one-row move into a view costs (about 180k
+    /// instructions in a keyed view); a rebuild costs a scan of every value and its decoding.
+    static var foreignKeysKeptOneByOne: Int { 4_096 }
+
+    /// Keeps the extensions this process keeps up to date with the keys foreign clients changed
+    /// (`operations`), in the open write transaction on `handle`, one item at a time as a write
+    /// transaction keeps them: the values are the new ones already, and each extension finds
+    /// what it held of an item in its own tables (a keyed view's map and pages, an index's row,
+    /// a full-text index's map). Returns what they add to the changeset (a keyed view's record
+    /// of the items it moved, whose places before come from its pages, so that readers get exact
+    /// row changes), and the names of the extensions it left for a rebuild: closure-ordered
+    /// views. Those compare an item with its neighbours' values, and the neighbours the foreign
+    /// client changed too still stand where their old values put them, so a search among them
+    /// could go astray; and their record would hold the values before, which are gone.
+    ///
+    /// Returns `nil`, having changed nothing, when an extension cannot decode a value: the
+    /// caller then rebuilds everything, which marks what cannot decode stale.
+    private static func keepAfterForeignWrites(
+        _ operations: [ChangesetBuilder.Operation], _ database: Database, handle: SQLiteHandle,
+        excluding excluded: Set<String>
+    ) throws(DatabaseError) -> (changes: ExtensionChanges, rebuild: Set<String>)? {
+        guard database.extensionCount.load(ordering: .acquiring) > 0 else { return (ExtensionChanges(), []) }
+        let codecs = database.frozenCodecs()
+        let json = JSONValueCodec()
+        // Dependencies last (``Database/extensionDefinitions()``): a search-results view asks its
+        // full-text index about an item after the index took the item's new text.
+        var writers: [(definition: any ExtensionDefinition, writer: any ExtensionWriter)] = []
+        var rebuild: Set<String> = []
+        for definition in database.extensionDefinitions() where !excluded.contains(definition.name) {
+            let context = ExtensionContext(handle: handle, name: definition.name, memo: nil) {
+                codecs[$0] ?? json
+            }
+            if let view = definition as? any ViewDefinition, !view.ranking(context).keyed {
+                rebuild.insert(definition.name)
+                continue
+            }
+            writers.append((definition, definition.makeWriter(context)))
+        }
+        guard !writers.isEmpty else { return (ExtensionChanges(), rebuild) }
+        try handle.execute("SAVEPOINT snapshotdb_seal_keep")
+        do {
+            let read = try handle.statement(.getData)
+            for operation in operations {
+                let data =
+                    operation.kind == .set ? try read.fetchBlob(operation.collection, operation.key) : nil
+                for (definition, writer) in writers where definition.observes(operation.collection) {
+                    if let data {
+                        try writer.willSet(data, forKey: operation.key, inCollection: operation.collection)
+                    } else {
+                        try writer.willRemove(forKey: operation.key, inCollection: operation.collection)
+                    }
+                }
+            }
+            var changes = ExtensionChanges()
+            for (definition, writer) in writers {
+                if let record = try writer.finish() { changes.byName[definition.name] = record }
+            }
+            try handle.execute("RELEASE snapshotdb_seal_keep")
+            return (changes, rebuild)
+        } catch {
+            guard error.code == .decodingFailed else { throw error }
+            try handle.execute("ROLLBACK TO snapshotdb_seal_keep; RELEASE snapshotdb_seal_keep")
+            return nil
+        }
+    }
+
     /// Rebuilds the extensions this process keeps, after foreign writes, in the open write
     /// transaction on `handle`; returns those that could not decode a value a foreign client
     /// wrote, left as they were, for the caller to mark stale.
@@ -309,16 +377,6 @@ final class Writer: Sendable {
     {
         database.publishCommits(through: state.commit, reading: handle)
         let sealed = max(state.commit, database.latestCommit) + 1
-        // Foreign clients changed values without the extensions' upkeep: rebuild those this
-        // process keeps, in the same transaction, and mark the file's others stale. The
-        // changeset resets every extension, so their readers reload.
-        let upkeep = try database.extensionUpkeep(on: handle)
-        let undecodable = try Self.rebuildAfterForeignWrites(
-            database, handle: handle, excluding: upkeep.excluded)
-        _ = try markStale(upkeep, changes: nil, commit: sealed, connection: nil, handle: handle)
-        for name in undecodable {
-            try ExtensionCatalog.markStale(name, commit: sealed, connection: nil, handle: handle)
-        }
         // A counter below what this process published, or another history at the same counter,
         // is older contents put back from outside: the keys the triggers noted (perhaps in the
         // backup) do not say what changed.
@@ -338,6 +396,35 @@ final class Writer: Sendable {
             handle.rollback(after: "an error reading foreign writes to seal", logger: database.logger)
             throw error
         }
+        // Foreign clients changed values without the extensions' upkeep. With the keys known
+        // (and not too many), the extensions this process keeps are kept item by item, as a
+        // write transaction keeps them, and record what they changed; otherwise (or when one of
+        // them cannot decode a value) they are rebuilt, and the changeset resets every
+        // extension, so their readers reload. The file's others are marked stale.
+        let upkeep = try database.extensionUpkeep(on: handle)
+        var extensions = ExtensionChanges(resetsAll: true)
+        var undecodable: [String] = []
+        if !operations.isEmpty, operations.count <= Self.foreignKeysKeptOneByOne,
+            let kept = try Self.keepAfterForeignWrites(
+                operations, database, handle: handle, excluding: upkeep.excluded)
+        {
+            extensions = kept.changes
+            if !kept.rebuild.isEmpty {
+                // Only those left for a rebuild (and after the others: a search-results view
+                // reads its full-text index as it is now).
+                let others = Set(database.extensionDefinitions().map(\.name)).subtracting(kept.rebuild)
+                undecodable = try Self.rebuildAfterForeignWrites(
+                    database, handle: handle, excluding: upkeep.excluded.union(others))
+                extensions.reset.formUnion(kept.rebuild)
+            }
+        } else {
+            undecodable = try Self.rebuildAfterForeignWrites(
+                database, handle: handle, excluding: upkeep.excluded)
+        }
+        _ = try markStale(upkeep, changes: nil, commit: sealed, connection: nil, handle: handle)
+        for name in undecodable {
+            try ExtensionCatalog.markStale(name, commit: sealed, connection: nil, handle: handle)
+        }
         let date = Date()
         guard !operations.isEmpty else {
             try commit(
@@ -346,7 +433,6 @@ final class Writer: Sendable {
                 sealing: true, on: handle, database: database, writer: nil)
             return
         }
-        let extensions = ExtensionChanges(resetsAll: true)
         let changeset = Changeset(
             commits: sealed...sealed, keys: ChangedKeys(log: operations), clearedAllCollections: false,
             connectionName: nil, date: date, info: [:], isExternal: false, extensionChanges: extensions)

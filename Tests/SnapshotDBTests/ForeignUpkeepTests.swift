@@ -1,0 +1,150 @@
+import Foundation
+import SnapshotDBTestSupport
+import Testing
+
+@testable import SnapshotDB
+
+/// Extensions after a foreign client's writes (the `sqlite3` shell): kept item by item when the
+/// writes are sealed, so that a keyed view's readers get exact row changes across them instead
+/// of reloading, and every extension equals a brute force over the values.
+@Suite("Extensions kept across foreign writes")
+struct ForeignUpkeepTests {
+    static let byFolder = SecondaryIndex<Note>(
+        name: "byFolder", version: "1", collections: ["notes"], columns: [.text("folder"), .text("title")],
+        extract: { _, _, note in
+            note.archived ? [:] : ["folder": .text(note.folder), "title": .text(note.title)]
+        })
+    static let titles = FullTextSearch<Note>(
+        name: "titles", version: "1", collections: ["notes"], columns: ["title"],
+        extract: { _, _, note in ["title": note.title] })
+    /// `ViewTests.byTitle`'s order by its closure, beside the keyed one.
+    static let byTitleClosure = View<Note>(
+        name: "byTitleClosure", version: "1", collections: ["notes"],
+        group: { _, _, note in note.archived ? nil : note.folder },
+        areInIncreasingOrder: { $0.title < $1.title })
+
+    static let words = ["apple", "banana", "cherry", "damson"]
+    static let folders = ["inbox", "work", "home"]
+
+    /// A note as JSON text for the shell.
+    static func json(_ note: Note) -> String {
+        #"{"title":"\#(note.title)","folder":"\#(note.folder)","archived":\#(note.archived)}"#
+    }
+
+    static func randomNote(_ random: inout SeededGenerator) -> Note {
+        Note(
+            title: "\(words[Int(random.next() % 4)]) \(String(format: "%03d", Int(random.next() % 1000)))",
+            folder: folders[Int(random.next() % 3)], archived: random.next() % 10 == 0)
+    }
+
+    /// Checks every extension against the values at `txn`'s snapshot.
+    static func checkAgainstValues(_ txn: ReadTransaction) throws {
+        let expected = try ViewTests.expectedRows(txn)
+        #expect(ViewTests.rows(try txn.view(named: "byTitle")) == expected)
+        #expect(ViewTests.rows(try txn.view(named: "byTitleClosure")) == expected)
+        let notes = try txn.values(inCollection: "notes", as: Note.self)
+        let index = try txn.index(named: "byFolder")
+        for folder in folders {
+            let keys = Set(notes.filter { !$0.value.archived && $0.value.folder == folder }.map(\.key))
+            #expect(Set(try index.keys(where: "folder = ?", [.text(folder)]).map(\.key)) == keys, "\(folder)")
+        }
+        let search = try txn.search(named: "titles")
+        for word in words {
+            let keys = Set(notes.filter { $0.value.title.hasPrefix(word + " ") }.map(\.key))
+            #expect(Set(try search.keys(matching: word, limit: 100_000).map(\.key)) == keys, "\(word)")
+        }
+    }
+
+    /// Rounds of random foreign updates, moves between folders, archivings, removals and
+    /// insertions, each sealed by the next SnapshotDB write: a bookmark that advances across
+    /// them gets the keyed view's row changes (no reload), which turn its old rows into its new
+    /// ones; the closure view is rebuilt and reloads; all equal a brute force over the values.
+    @Test(arguments: [1, 2, 3] as [UInt64])
+    func aKeyedViewGetsExactRowChangesAcrossForeignWrites(seed: UInt64) throws {
+        try withTemporaryDatabase { db throws in
+            try db.register([ViewTests.byTitleKeyed, Self.byTitleClosure, Self.byFolder, Self.titles])
+            var random = SeededGenerator(state: seed)
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for index in 0..<300 {
+                    try txn.set(Self.randomNote(&random), forKey: "n\(index)", inCollection: "notes")
+                }
+            }
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            var next = 300
+            for round in 0..<4 {
+                let before = try ui.read { ViewTests.rows(try $0.view(named: "byTitle")) }
+                var statements: [String] = []
+                for _ in 0..<(5 + Int(random.next() % 30)) {
+                    let key = "n\(random.next() % UInt64(next))"
+                    switch random.next() % 6 {
+                    case 0:
+                        statements.append(
+                            "DELETE FROM snapshotdb_values WHERE collection = 'notes' AND key = '\(key)';")
+                    case 1:
+                        statements.append(
+                            "INSERT INTO snapshotdb_values(collection, key, data) VALUES ('notes', 'n\(next)', "
+                                + "CAST('\(Self.json(Self.randomNote(&random)))' AS BLOB));")
+                        next += 1
+                    default:
+                        statements.append(
+                            "UPDATE snapshotdb_values SET data = CAST('\(Self.json(Self.randomNote(&random)))' AS BLOB) "
+                                + "WHERE collection = 'notes' AND key = '\(key)';")
+                    }
+                }
+                _ = try sqlite3(db.path, statements.joined(separator: "\n"))
+                // The next write seals the foreign writes in a commit of their own.
+                try writer.readWrite {
+                    try $0.set(
+                        Note(title: "x", folder: "x", archived: true), forKey: "r\(round)",
+                        inCollection: "other")
+                }
+                let changesets = try ui.beginLongLivedReadTransaction()
+                try ui.read { txn throws in
+                    let view = try txn.view(named: "byTitle")
+                    #expect(!view.requiresReload(for: changesets), "round \(round)")
+                    let after = ViewTests.rows(view)
+                    #expect(
+                        ViewTests.apply(try view.changes(for: changesets), to: before) == after,
+                        "round \(round)")
+                    #expect(try txn.view(named: "byTitleClosure").requiresReload(for: changesets))
+                    try Self.checkAgainstValues(txn)
+                }
+            }
+        }
+    }
+
+    /// Past ``Writer/foreignKeysKeptOneByOne`` keys the extensions are rebuilt instead, and
+    /// their readers reload; the views still equal a brute force.
+    @Test func manyForeignKeysRebuildTheExtensions() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register([ViewTests.byTitleKeyed, Self.byTitleClosure, Self.byFolder, Self.titles])
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                try txn.set(
+                    Note(title: "apple 001", folder: "inbox", archived: false), forKey: "a",
+                    inCollection: "notes")
+            }
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            let count = Writer.foreignKeysKeptOneByOne + 1
+            _ = try sqlite3(
+                db.path,
+                """
+                INSERT INTO snapshotdb_values(collection, key, data)
+                SELECT 'notes', 'bulk' || value, CAST(json_object('title', 'banana ' || value, 'folder', 'work',
+                    'archived', json('false')) AS BLOB) FROM generate_series(1, \(count));
+                """)
+            try writer.readWrite {
+                try $0.set(Note(title: "x", folder: "x", archived: true), forKey: "r", inCollection: "other")
+            }
+            let changesets = try ui.beginLongLivedReadTransaction()
+            try ui.read { txn throws in
+                #expect(try txn.view(named: "byTitle").requiresReload(for: changesets))
+                #expect(try txn.view(named: "byTitle").count(inGroup: "work") == count)
+                try Self.checkAgainstValues(txn)
+            }
+        }
+    }
+}
