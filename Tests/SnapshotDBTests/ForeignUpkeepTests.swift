@@ -23,6 +23,14 @@ struct ForeignUpkeepTests {
         group: { _, _, note in note.archived ? nil : note.folder },
         areInIncreasingOrder: { $0.title < $1.title })
 
+    /// Over the keyed view: the notes whose title has "apple", and those in "work".
+    static let apples = SearchResultsView(
+        name: "apples", parent: ViewTests.byTitleKeyed, search: titles, version: "1", query: "apple")
+    static let atWork = FilteredView(name: "atWork", parent: ViewTests.byTitleKeyed, version: "1") {
+        _, _, note in
+        note.folder == "work"
+    }
+
     static let words = ["apple", "banana", "cherry", "damson"]
     static let folders = ["inbox", "work", "home"]
 
@@ -62,7 +70,10 @@ struct ForeignUpkeepTests {
     @Test(arguments: [1, 2, 3] as [UInt64])
     func aKeyedViewGetsExactRowChangesAcrossForeignWrites(seed: UInt64) throws {
         try withTemporaryDatabase { db throws in
-            try db.register([ViewTests.byTitleKeyed, Self.byTitleClosure, Self.byFolder, Self.titles])
+            try db.register([
+                ViewTests.byTitleKeyed, Self.byTitleClosure, Self.byFolder, Self.titles, Self.apples,
+                Self.atWork,
+            ])
             var random = SeededGenerator(state: seed)
             let writer = db.newConnection(name: "writer")
             try writer.readWrite { txn in
@@ -74,7 +85,10 @@ struct ForeignUpkeepTests {
             try ui.beginLongLivedReadTransaction()
             var next = 300
             for round in 0..<4 {
-                let before = try ui.read { ViewTests.rows(try $0.view(named: "byTitle")) }
+                let keyedViews = ["byTitle", "apples", "atWork"]
+                let before = try ui.read { txn in
+                    try keyedViews.map { ViewTests.rows(try txn.view(named: $0)) }
+                }
                 var statements: [String] = []
                 for _ in 0..<(5 + Int(random.next() % 30)) {
                     let key = "n\(random.next() % UInt64(next))"
@@ -102,15 +116,63 @@ struct ForeignUpkeepTests {
                 }
                 let changesets = try ui.beginLongLivedReadTransaction()
                 try ui.read { txn throws in
-                    let view = try txn.view(named: "byTitle")
-                    #expect(!view.requiresReload(for: changesets), "round \(round)")
-                    let after = ViewTests.rows(view)
+                    for (name, old) in zip(keyedViews, before) {
+                        let view = try txn.view(named: name)
+                        #expect(!view.requiresReload(for: changesets), "\(name), round \(round)")
+                        let after = ViewTests.rows(view)
+                        #expect(
+                            ViewTests.apply(try view.changes(for: changesets), to: old) == after,
+                            "\(name), round \(round)")
+                    }
+                    let expected = try ViewTests.expectedRows(txn)
+                    let apples = expected.mapValues { items in
+                        items.filter { item in
+                            (try? txn.value(forKey: item.key, inCollection: "notes", as: Note.self))?.title
+                                .hasPrefix("apple ") == true
+                        }
+                    }.filter { !$0.value.isEmpty }
+                    #expect(ViewTests.rows(try txn.view(named: "apples")) == apples, "round \(round)")
                     #expect(
-                        ViewTests.apply(try view.changes(for: changesets), to: before) == after,
+                        ViewTests.rows(try txn.view(named: "atWork")) == expected.filter { $0.key == "work" },
                         "round \(round)")
                     #expect(try txn.view(named: "byTitleClosure").requiresReload(for: changesets))
                     try Self.checkAgainstValues(txn)
                 }
+            }
+        }
+    }
+
+    /// A keyed view whose page row a foreign client damaged cannot keep an item: the seal
+    /// rebuilds every extension instead (as it always did), so the damage keeps no write from
+    /// starting; the rebuilt view equals a brute force, and its readers reload.
+    @Test func aDamagedKeyedViewIsRebuiltBySealingInsteadOfBlockingWrites() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register([ViewTests.byTitleKeyed, Self.byTitleClosure, Self.byFolder, Self.titles])
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { txn in
+                for index in 0..<200 {
+                    try txn.set(
+                        Note(title: String(format: "apple %03d", index), folder: "inbox", archived: false),
+                        forKey: "n\(index)", inCollection: "notes")
+                }
+            }
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            _ = try sqlite3(
+                db.path,
+                """
+                UPDATE snapshotdb_x7_byTitle_page SET data = x'0500' WHERE id = (SELECT min(id) FROM snapshotdb_x7_byTitle_page);
+                UPDATE snapshotdb_values SET data = CAST('{"title":"banana 001","folder":"work","archived":false}' AS BLOB)
+                WHERE collection = 'notes' AND key = 'n5';
+                """)
+            try writer.readWrite {
+                try $0.set(Note(title: "x", folder: "x", archived: true), forKey: "r", inCollection: "other")
+            }
+            let changesets = try ui.beginLongLivedReadTransaction()
+            try ui.read { txn throws in
+                #expect(try txn.view(named: "byTitle").requiresReload(for: changesets))
+                #expect(try txn.view(named: "byTitle").items(inGroup: "work").map(\.key) == ["n5"])
+                try Self.checkAgainstValues(txn)
             }
         }
     }

@@ -268,8 +268,11 @@ final class Writer: Sendable {
     /// client changed too still stand where their old values put them, so a search among them
     /// could go astray; and their record would hold the values before, which are gone.
     ///
-    /// Returns `nil`, having changed nothing, when an extension cannot decode a value: the
-    /// caller then rebuilds everything, which marks what cannot decode stale.
+    /// Returns `nil`, having changed nothing, when an extension cannot keep an item: it cannot
+    /// decode a value, or its tables cannot be read (a page row a foreign client damaged). The
+    /// caller then rebuilds everything, as the seal always did: that drops and refills damaged
+    /// tables, and marks what cannot decode stale, so that neither keeps every write from
+    /// starting. (An error SQLite meets again in the rebuild, a full disk, is thrown from there.)
     private static func keepAfterForeignWrites(
         _ operations: [ChangesetBuilder.Operation], _ database: Database, handle: SQLiteHandle,
         excluding excluded: Set<String>
@@ -277,7 +280,7 @@ final class Writer: Sendable {
         guard database.extensionCount.load(ordering: .acquiring) > 0 else { return (ExtensionChanges(), []) }
         let codecs = database.frozenCodecs()
         let json = JSONValueCodec()
-        // Dependencies last (``Database/extensionDefinitions()``): a search-results view asks its
+        // Dependents last (``Database/extensionDefinitions()``): a search-results view asks its
         // full-text index about an item after the index took the item's new text.
         var writers: [(definition: any ExtensionDefinition, writer: any ExtensionWriter)] = []
         var rebuild: Set<String> = []
@@ -313,7 +316,6 @@ final class Writer: Sendable {
             try handle.execute("RELEASE snapshotdb_seal_keep")
             return (changes, rebuild)
         } catch {
-            guard error.code == .decodingFailed else { throw error }
             try handle.execute("ROLLBACK TO snapshotdb_seal_keep; RELEASE snapshotdb_seal_keep")
             return nil
         }
@@ -421,7 +423,10 @@ final class Writer: Sendable {
             undecodable = try Self.rebuildAfterForeignWrites(
                 database, handle: handle, excluding: upkeep.excluded)
         }
-        _ = try markStale(upkeep, changes: nil, commit: sealed, connection: nil, handle: handle)
+        // Those marked stale now are named too, as a write transaction names them: their readers
+        // must not take the commit for one that left them as they were.
+        let marked = try markStale(upkeep, changes: nil, commit: sealed, connection: nil, handle: handle)
+        extensions.reset.formUnion(marked.marked)
         for name in undecodable {
             try ExtensionCatalog.markStale(name, commit: sealed, connection: nil, handle: handle)
         }
