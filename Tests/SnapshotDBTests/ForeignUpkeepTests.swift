@@ -107,6 +107,23 @@ struct ForeignUpkeepTests {
                                 + "WHERE collection = 'notes' AND key = '\(key)';")
                     }
                 }
+                if round == 1 {
+                    // A key removed and written again in one batch: noted once, as set.
+                    statements.append(
+                        "DELETE FROM snapshotdb_values WHERE collection = 'notes' AND key = 'n7';")
+                    statements.append(
+                        "INSERT INTO snapshotdb_values(collection, key, data) VALUES ('notes', 'n7', "
+                            + "CAST('\(Self.json(Self.randomNote(&random)))' AS BLOB));")
+                }
+                if round == 2 {
+                    // Enough new items in one group for the view's bulk merge.
+                    statements.append(
+                        """
+                        INSERT INTO snapshotdb_values(collection, key, data)
+                        SELECT 'notes', 'bulk' || value, CAST(json_object('title', 'cherry ' || printf('%03d', value),
+                            'folder', 'home', 'archived', json('false')) AS BLOB) FROM generate_series(1, 100);
+                        """)
+                }
                 _ = try sqlite3(db.path, statements.joined(separator: "\n"))
                 // The next write seals the foreign writes in a commit of their own.
                 try writer.readWrite {
