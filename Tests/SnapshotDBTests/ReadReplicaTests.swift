@@ -50,6 +50,44 @@ struct ReadReplicaTests {
             "\(changeset.commit)/\(changeset.connectionName ?? "?")/\(changeset.info["index"] ?? "")/\(keys)/\(changeset.isExternal)"
     }
 
+    /// A bookmark on a replica from before the primary built a new version of a view, which the
+    /// replica then takes up, is told to advance (the replica records the build's commit from the
+    /// file), not that another registration conflicts; after advancing it reads the new version.
+    @Test func aReplicaBookmarkFromBeforeANewVersionIsToldToAdvance() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.appendingPathComponent("primary.sqlite").path
+            let db = try Database(path: path)
+            try db.register(ViewTests.byTitle)
+            try LitestreamTests.writeNotes(db.newConnection(name: "writer"), 0..<10)
+            let replica = try Database(replica: path, vfs: "unix")
+            try replica.register(ViewTests.byTitle)
+            let ui = replica.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            let snapshot = db.latestCommit
+            let descending = View<Note>(
+                name: "byTitle", version: "2", collections: ["notes"],
+                group: { _, _, note in note.archived ? nil : note.folder },
+                areInIncreasingOrder: { $0.title > $1.title })
+            var updates = replica.changes().makeAsyncIterator()
+            try db.register(descending)
+            while let next = await updates.next(), next.commit < db.latestCommit {}
+            try replica.register(descending)
+            let error = expectError(.unknownExtension) { try ui.read { try $0.view(named: "byTitle") } }
+            #expect(
+                error?.message.contains("was built at commit \(snapshot + 1), after the snapshot") == true,
+                "\(error as Any)")
+            try ui.beginLongLivedReadTransaction()
+            let titles = try await ui.read { txn in
+                try txn.view(named: "byTitle").items(inGroup: "inbox").map {
+                    try txn.value(forKey: $0.key, inCollection: "notes", as: Note.self)?.title ?? ""
+                }
+            }
+            #expect(!titles.isEmpty && titles == titles.sorted(by: >))
+            try replica.close()
+            try db.close()
+        }
+    }
+
     /// The replica mode itself, through SQLite's own `unix` VFS on a live primary file: reads,
     /// bookmarks that advance with exact changesets on the watcher's polls, extensions taken up
     /// from the primary, and every write refused with `readOnly`, nothing changed.

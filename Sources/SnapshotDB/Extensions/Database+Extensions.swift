@@ -28,8 +28,15 @@ extension Database {
     private func adoptOnReplica(_ definition: any ExtensionDefinition, connection: Connection)
         throws(DatabaseError)
     {
+        // The commit that built it on the primary, as the file records it: a bookmark older than
+        // that is told to advance (see ``DatabaseState/extensionBuilds``).
+        let built: UInt64?
         do {
-            try connection.read { txn in try txn.checkInstalled(definition) }
+            built = try connection.read { txn in
+                try txn.checkInstalled(definition)
+                return try ExtensionCatalog.state(definition.name, handle: txn.core.handle())?
+                    .registeredCommit
+            }
         } catch let error as DatabaseError where error.code == .unknownExtension {
             throw DatabaseError(
                 .readOnly,
@@ -41,7 +48,7 @@ extension Database {
             throw DatabaseError(
                 .sqlite, "registering extension '\(definition.name)' failed: \(error)", cause: error)
         }
-        setExtension(definition, named: definition.name)
+        setExtension(definition, named: definition.name, builtAt: built)
     }
 
     /// Registers several extensions in one commit, and builds the new ones (or those whose
