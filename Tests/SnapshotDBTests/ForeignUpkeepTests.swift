@@ -31,6 +31,19 @@ struct ForeignUpkeepTests {
         note.folder == "work"
     }
 
+    /// The keyed and closure views over the titles, the index and the full-text index.
+    static let extensions: [any DatabaseExtension] = [
+        ViewTests.byTitleKeyed, byTitleClosure, byFolder, titles,
+    ]
+
+    /// Makes the next SnapshotDB write, which seals the foreign writes before it in a commit of
+    /// their own (and writes nothing any extension reads).
+    static func sealForeignWrites(_ writer: Connection, _ tag: String) throws {
+        try writer.readWrite {
+            try $0.set(Note(title: "x", folder: "x", archived: true), forKey: tag, inCollection: "other")
+        }
+    }
+
     static let words = ["apple", "banana", "cherry", "damson"]
     static let folders = ["inbox", "work", "home"]
 
@@ -70,10 +83,7 @@ struct ForeignUpkeepTests {
     @Test(arguments: [1, 2, 3] as [UInt64])
     func aKeyedViewGetsExactRowChangesAcrossForeignWrites(seed: UInt64) throws {
         try withTemporaryDatabase { db throws in
-            try db.register([
-                ViewTests.byTitleKeyed, Self.byTitleClosure, Self.byFolder, Self.titles, Self.apples,
-                Self.atWork,
-            ])
+            try db.register(Self.extensions + [Self.apples, Self.atWork])
             var random = SeededGenerator(state: seed)
             let writer = db.newConnection(name: "writer")
             try writer.readWrite { txn in
@@ -125,12 +135,7 @@ struct ForeignUpkeepTests {
                         """)
                 }
                 _ = try sqlite3(db.path, statements.joined(separator: "\n"))
-                // The next write seals the foreign writes in a commit of their own.
-                try writer.readWrite {
-                    try $0.set(
-                        Note(title: "x", folder: "x", archived: true), forKey: "r\(round)",
-                        inCollection: "other")
-                }
+                try Self.sealForeignWrites(writer, "r\(round)")
                 let changesets = try ui.beginLongLivedReadTransaction()
                 try ui.read { txn throws in
                     for (name, old) in zip(keyedViews, before) {
@@ -142,11 +147,12 @@ struct ForeignUpkeepTests {
                             "\(name), round \(round)")
                     }
                     let expected = try ViewTests.expectedRows(txn)
+                    let notes = Dictionary(
+                        uniqueKeysWithValues: try txn.values(inCollection: "notes", as: Note.self).map {
+                            ($0.key, $0.value)
+                        })
                     let apples = expected.mapValues { items in
-                        items.filter { item in
-                            (try? txn.value(forKey: item.key, inCollection: "notes", as: Note.self))?.title
-                                .hasPrefix("apple ") == true
-                        }
+                        items.filter { notes[$0.key]?.title.hasPrefix("apple ") == true }
                     }.filter { !$0.value.isEmpty }
                     #expect(ViewTests.rows(try txn.view(named: "apples")) == apples, "round \(round)")
                     #expect(
@@ -164,7 +170,7 @@ struct ForeignUpkeepTests {
     /// starting; the rebuilt view equals a brute force, and its readers reload.
     @Test func aDamagedKeyedViewIsRebuiltBySealingInsteadOfBlockingWrites() throws {
         try withTemporaryDatabase { db throws in
-            try db.register([ViewTests.byTitleKeyed, Self.byTitleClosure, Self.byFolder, Self.titles])
+            try db.register(Self.extensions)
             let writer = db.newConnection(name: "writer")
             try writer.readWrite { txn in
                 for index in 0..<200 {
@@ -182,9 +188,7 @@ struct ForeignUpkeepTests {
                 UPDATE snapshotdb_values SET data = CAST('{"title":"banana 001","folder":"work","archived":false}' AS BLOB)
                 WHERE collection = 'notes' AND key = 'n5';
                 """)
-            try writer.readWrite {
-                try $0.set(Note(title: "x", folder: "x", archived: true), forKey: "r", inCollection: "other")
-            }
+            try Self.sealForeignWrites(writer, "r")
             let changesets = try ui.beginLongLivedReadTransaction()
             try ui.read { txn throws in
                 #expect(try txn.view(named: "byTitle").requiresReload(for: changesets))
@@ -198,7 +202,7 @@ struct ForeignUpkeepTests {
     /// their readers reload; the views still equal a brute force.
     @Test func manyForeignKeysRebuildTheExtensions() throws {
         try withTemporaryDatabase { db throws in
-            try db.register([ViewTests.byTitleKeyed, Self.byTitleClosure, Self.byFolder, Self.titles])
+            try db.register(Self.extensions)
             let writer = db.newConnection(name: "writer")
             try writer.readWrite { txn in
                 try txn.set(
@@ -215,9 +219,7 @@ struct ForeignUpkeepTests {
                 SELECT 'notes', 'bulk' || value, CAST(json_object('title', 'banana ' || value, 'folder', 'work',
                     'archived', json('false')) AS BLOB) FROM generate_series(1, \(count));
                 """)
-            try writer.readWrite {
-                try $0.set(Note(title: "x", folder: "x", archived: true), forKey: "r", inCollection: "other")
-            }
+            try Self.sealForeignWrites(writer, "r")
             let changesets = try ui.beginLongLivedReadTransaction()
             try ui.read { txn throws in
                 #expect(try txn.view(named: "byTitle").requiresReload(for: changesets))

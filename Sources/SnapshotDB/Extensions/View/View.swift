@@ -380,7 +380,7 @@ final class ViewOrder<Value: Decodable & Sendable>: ViewRanking {
         select.reset()
         for (stored, items) in pages {
             var ends: [(item: ViewItem, value: Value)] = []
-            for index in Set([0, items.count - 1]).sorted() {
+            for index in items.count == 1 ? [0] : [0, items.count - 1] {
                 let item = items[index]
                 guard let value = try context.value(Value.self, key: item.key, collection: item.collection)
                 else {
