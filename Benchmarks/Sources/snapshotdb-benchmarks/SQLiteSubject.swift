@@ -116,6 +116,40 @@ final class SQLiteSubject: Subject {
         return latencies
     }
 
+    /// The latency of each one-row commit (a counter row bumped, as SnapshotDB's) while
+    /// `readers` connections, each on a thread of its own, advance (`COMMIT; BEGIN`) and read
+    /// the row after every commit: the writer wakes them and goes on without waiting.
+    func commitsWithLiveReaders(_ readers: Int, keys: [String], payloads: [Data]) throws -> [Duration] {
+        let connections = try (0..<readers).map { _ in OwnedByOneThread(try openAnother()) }
+        for reader in connections {
+            try reader.connection.begin.run()
+            try reader.connection.read(key: keys[0]) { _ in }
+        }
+        let live = LiveReaders(count: readers) { index, key in
+            let reader = connections[index].connection
+            try reader.commit.run()
+            try reader.begin.run()
+            try reader.read(key: key) { _ in }
+        }
+        var latencies: [Duration] = []
+        latencies.reserveCapacity(keys.count)
+        for (index, key) in keys.enumerated() {
+            latencies.append(
+                try timed {
+                    try payloads[index].withUnsafeBytes { bytes in
+                        try connection.beginImmediate.run()
+                        try connection.upsert(key: key, bytes: bytes)
+                        try connection.bumpCounter.run()
+                        try connection.commit.run()
+                    }
+                })
+            live.wake(reading: key)
+        }
+        try live.stop()
+        for reader in connections where !reader.connection.isAutocommit { try reader.connection.commit.run() }
+        return latencies
+    }
+
     func advanceAndRead(keys: [String], iterations: Int, writes: Bool) throws -> Duration {
         let reader = try openAnother()
         try reader.begin.run()

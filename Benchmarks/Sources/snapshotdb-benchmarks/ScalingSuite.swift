@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import SnapshotDB
+import Synchronization
 
 /// The `scaling` suite (see ``SuiteName/scaling``): costs measured at three sizes of what should
 /// not matter (database size, commits jumped, connections) or of the work itself (keys changed),
@@ -181,6 +182,93 @@ func runScalingSuite(_ context: SuiteContext) throws -> SuiteReport {
                 "C growth": format(ratio: c.p99 / c.median),
             ])
         report.verdict("p99 ≤ 3× median", p99 <= 3 * median, to: &row)
+        report.rows.append(row)
+    }
+    if context.wants("commit-readers") {
+        // Issue 44: a commit hands every advancing reader the same changeset and nothing more,
+        // so its p99 must not grow with them. The steps take turns over rounds (this shared
+        // machine's p99 varies by 2× from one run to the next), each giving its median.
+        let steps = [1, 10, 100]
+        let commits = quick ? 1_000 : 2_000
+        var rounds: [[(median: Double, p99: Double)]] = steps.map { _ in [] }
+        for _ in 0..<(quick ? 1 : 3) {
+            for (index, readers) in steps.enumerated() {
+                context.progress("(commit-readers) \(readers) readers advancing after every commit")
+                rounds[index].append(try bench.commitLatencyWithAdvancingReaders(readers, commits: commits))
+            }
+        }
+        let p99s = rounds.map { medianOf($0.map(\.p99)) }
+        let medians = rounds.map { medianOf($0.map(\.median)) }
+        var row = SuiteRow(
+            id: "commit-readers",
+            title:
+                "one-row commit p99 (median) with 1 / 10 / 100 readers that advance and read after every commit",
+            n: 100,
+            cells: [
+                "step 1": "\(format(seconds: p99s[0])) (\(format(seconds: medians[0])))",
+                "step 2": "\(format(seconds: p99s[1])) (\(format(seconds: medians[1])))",
+                "step 3": "\(format(seconds: p99s[2])) (\(format(seconds: medians[2])))",
+                "growth per step": format(ratio: growth(p99s)),
+            ])
+        report.verdict("p99 with 100 ≤ 3× p99 with 1", p99s[2] <= 3 * p99s[0], to: &row)
+        report.rows.append(row)
+    }
+    if context.wants("commit-readers-live") {
+        // The same readers on threads of their own, woken by each commit while the writer goes
+        // on: on two cores, 100 runnable threads take turns with the writer, which raw SQLite
+        // pays as much (its column).
+        let steps = [1, 10, 100]
+        let commits = quick ? 1_000 : 2_000
+        var rounds: [[(median: Double, p99: Double, cMedian: Double, cP99: Double)]] = steps.map { _ in [] }
+        for _ in 0..<(quick ? 1 : 3) {
+            for (index, readers) in steps.enumerated() {
+                context.progress("(commit-readers-live) \(readers) live readers")
+                rounds[index].append(try bench.commitLatencyWithLiveReaders(readers, commits: commits))
+            }
+        }
+        let p99s = rounds.map { medianOf($0.map(\.p99)) }
+        let medians = rounds.map { medianOf($0.map(\.median)) }
+        let cP99s = rounds.map { medianOf($0.map(\.cP99)) }
+        let cMedians = rounds.map { medianOf($0.map(\.cMedian)) }
+        var cells: [String: String] = [:]
+        for index in steps.indices {
+            cells["step \(index + 1)"] =
+                "\(format(seconds: p99s[index])) (\(format(seconds: medians[index])))"
+        }
+        cells["growth per step"] = format(ratio: growth(p99s))
+        cells["SQLite C"] = zip(cP99s, cMedians).map { "\(format(seconds: $0)) (\(format(seconds: $1)))" }
+            .joined(separator: " / ")
+        cells["C growth"] = format(ratio: growth(cP99s))
+        var row = SuiteRow(
+            id: "commit-readers-live",
+            title: "one-row commit p99 (median) with 1 / 10 / 100 readers on threads of their own, woken by "
+                + "every commit",
+            n: 100, cells: cells)
+        row.verdicts = ["no target: p99 over C's p99 \(format(ratio: p99s[2] / cP99s[2])) at 100"]
+        report.rows.append(row)
+    }
+    if context.wants("adv-idle") {
+        // Issue 44: nothing in an advance concerns the connections that do not pin anything.
+        let steps = [1, 100, 1_000]
+        var rounds: [[Double]] = steps.map { _ in [] }
+        for _ in 0..<(quick ? 1 : 3) {
+            for (index, idle) in steps.enumerated() {
+                context.progress("(adv-idle) \(grouped(idle)) idle connections")
+                rounds[index].append(
+                    try bench.advanceBesideIdleConnections(idle, advances: quick ? 300 : 1_000))
+            }
+        }
+        let times = rounds.map(medianOf)
+        var row = SuiteRow(
+            id: "adv-idle",
+            title:
+                "advance past one one-row commit and read, beside 1 / 100 / 1,000 idle connections (median)",
+            n: 1_000,
+            cells: [
+                "step 1": format(seconds: times[0]), "step 2": format(seconds: times[1]),
+                "step 3": format(seconds: times[2]), "growth per step": format(ratio: growth(times)),
+            ])
+        report.verdict("1,000 idle ≤ 1.5× 1 idle", times[2] <= 1.5 * times[0], to: &row)
         report.rows.append(row)
     }
     if context.wants("mem-laggard") {
@@ -419,6 +507,126 @@ final class ScalingBench {
         return (median(latencies).seconds, percentile(latencies, 0.99).seconds)
     }
 
+    /// The median and 99th percentile of one-row commit latency (NORMAL) while `readers`
+    /// bookmarked connections, each on a thread of its own, advance and read one row after every
+    /// commit, woken by it, with the writer going on at once (``LiveReaders``); and the same
+    /// for raw SQLite.
+    func commitLatencyWithLiveReaders(_ readers: Int, commits: Int) throws -> (
+        median: Double, p99: Double, cMedian: Double, cP99: Double
+    ) {
+        let keys = (0..<commits).map { benchmarkKey($0 % 10_000) }
+        let payloads = (0..<commits).map { benchmarkPayload(stamp: UInt32($0 + 1)) }
+        let db = try open(newPath("live"))
+        try load(db, keys: 10_000)
+        let connections = (0..<readers).map { db.newConnection(name: "r\($0)") }
+        for connection in connections { try connection.beginLongLivedReadTransaction() }
+        let live = LiveReaders(count: readers) { index, key in
+            try connections[index].beginLongLivedReadTransaction()
+            _ = try connections[index].read { try $0.data(forKey: key, inCollection: "bench") }
+        }
+        let writer = db.newConnection(name: "writer")
+        var latencies: [Duration] = []
+        latencies.reserveCapacity(commits)
+        for (key, payload) in zip(keys, payloads) {
+            latencies.append(
+                try timed {
+                    try writer.readWrite { txn in try txn.setData(payload, forKey: key, inCollection: "bench")
+                    }
+                })
+            live.wake(reading: key)
+        }
+        try live.stop()
+        try db.close()
+        let subject = try SQLiteSubject(path: newPath("live-c"), sync: .normal, checkpoints: .engineDefault)
+        defer { try? subject.close() }
+        try subject.load(keys: (0..<10_000).map(benchmarkKey), payload: benchmarkPayload())
+        let ofC = try subject.commitsWithLiveReaders(readers, keys: keys, payloads: payloads)
+        return (
+            median(latencies).seconds, percentile(latencies, 0.99).seconds, median(ofC).seconds,
+            percentile(ofC, 0.99).seconds
+        )
+    }
+
+    /// The median and 99th percentile of one-row commit latency (NORMAL) with `readers`
+    /// bookmarked connections that advance and read one row after every commit, all at once on
+    /// other threads, between the commits: the commit is timed alone, so what it pays for the
+    /// readers is what the library does for them (their pins, the checkpointer's look at them),
+    /// not two cores shared with 100 threads.
+    func commitLatencyWithAdvancingReaders(_ readers: Int, commits: Int) throws -> (
+        median: Double, p99: Double
+    ) {
+        let db = try open(newPath("readers"))
+        defer { try? db.close() }
+        try load(db, keys: 10_000)
+        let connections = (0..<readers).map { db.newConnection(name: "r\($0)") }
+        for connection in connections { try connection.beginLongLivedReadTransaction() }
+        let writer = db.newConnection(name: "writer")
+        let failures = Atomic<Int>(0)
+        var latencies: [Duration] = []
+        latencies.reserveCapacity(commits)
+        for index in 0..<commits {
+            let payload = benchmarkPayload(stamp: UInt32(index + 1))
+            let key = benchmarkKey(index % 10_000)
+            latencies.append(
+                try timed {
+                    try writer.readWrite { txn in try txn.setData(payload, forKey: key, inCollection: "bench")
+                    }
+                })
+            DispatchQueue.concurrentPerform(iterations: connections.count) { reader in
+                do {
+                    guard try connections[reader].beginLongLivedReadTransaction().count == 1,
+                        try connections[reader].read({ try $0.data(forKey: key, inCollection: "bench") })
+                            == payload
+                    else {
+                        failures.add(1, ordering: .relaxed)
+                        return
+                    }
+                } catch {
+                    failures.add(1, ordering: .relaxed)
+                }
+            }
+        }
+        guard failures.load(ordering: .relaxed) == 0 else {
+            throw BenchmarkCheckFailed(
+                description:
+                    "commit-readers: \(failures.load(ordering: .relaxed)) advances failed or read wrong")
+        }
+        return (median(latencies).seconds, percentile(latencies, 0.99).seconds)
+    }
+
+    /// The median seconds for one bookmarked reader to advance past one one-row commit and read
+    /// the row, beside `idle` connections that each read once and then sit idle.
+    func advanceBesideIdleConnections(_ idle: Int, advances: Int) throws -> Double {
+        let db = try open(newPath("idle"))
+        defer { try? db.close() }
+        try load(db, keys: 10_000)
+        let others = (0..<idle).map { db.newConnection(name: "idle\($0)") }
+        for connection in others {
+            _ = try connection.read { try $0.data(forKey: benchmarkKey(2), inCollection: "bench") }
+        }
+        let writer = db.newConnection(name: "writer")
+        let reader = db.newConnection(name: "reader")
+        try reader.beginLongLivedReadTransaction()
+        var times: [Duration] = []
+        times.reserveCapacity(advances)
+        for index in 0..<advances {
+            let payload = benchmarkPayload(stamp: UInt32(index + 1))
+            let key = benchmarkKey(index % 10_000)
+            try writer.readWrite { txn in try txn.setData(payload, forKey: key, inCollection: "bench") }
+            var jumped = 0
+            times.append(
+                try timed {
+                    jumped = try reader.beginLongLivedReadTransaction().count
+                    _ = try reader.read { try $0.data(forKey: key, inCollection: "bench") }
+                })
+            guard jumped == 1 else {
+                throw BenchmarkCheckFailed(description: "adv-idle jumped \(jumped) commits")
+            }
+        }
+        withExtendedLifetime(others) {}
+        return median(times).seconds
+    }
+
     /// The median and 99th percentile of raw SQLite's one-row commits (NORMAL, its own
     /// auto-checkpoints, no readers), through the core table's C subject.
     func commitLatencyOfC(commits: Int) throws -> (Double, Double) {
@@ -470,4 +678,56 @@ func residentBytes() -> Double {
         let resident = statm.split(separator: " ").dropFirst().first.flatMap({ Double($0) })
     else { return .nan }
     return resident * Double(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+/// A value used by one thread at a time: a raw SQLite connection that one live reader's thread
+/// owns (`@unchecked Sendable`: it is handed to that thread, and used by the creating thread
+/// only before the thread starts and after it ended, which ``LiveReaders/stop()`` waits for).
+final class OwnedByOneThread<Value>: @unchecked Sendable {
+    let connection: Value
+    init(_ connection: Value) { self.connection = connection }
+}
+
+/// Readers on threads of their own, each woken after every commit to run `advance` with the
+/// commit's key; a wake that comes while a reader is still busy is one more advance for it later.
+final class LiveReaders: Sendable {
+    private let wakes: [DispatchSemaphore]
+    private let keys: Mutex<[String]>
+    private let stopped = Atomic<Bool>(false)
+    private let failures = Atomic<Int>(0)
+    private let done = DispatchGroup()
+
+    init(count: Int, advance: @escaping @Sendable (_ reader: Int, _ key: String) throws -> Void) {
+        wakes = (0..<count).map { _ in DispatchSemaphore(value: 0) }
+        keys = Mutex(Array(repeating: "", count: count))
+        for index in 0..<count {
+            done.enter()
+            Thread.detachNewThread { [self] in
+                defer { done.leave() }
+                while true {
+                    wakes[index].wait()
+                    if stopped.load(ordering: .acquiring) { return }
+                    let key = keys.withLock { $0[index] }
+                    do { try advance(index, key) } catch { failures.add(1, ordering: .relaxed) }
+                }
+            }
+        }
+    }
+
+    /// Wakes every reader to advance and read `key`.
+    func wake(reading key: String) {
+        keys.withLock { keys in
+            for index in keys.indices { keys[index] = key }
+        }
+        for wake in wakes { wake.signal() }
+    }
+
+    /// Stops the readers and waits for them; throws when an advance failed.
+    func stop() throws {
+        stopped.store(true, ordering: .releasing)
+        for wake in wakes { wake.signal() }
+        done.wait()
+        let failed = failures.load(ordering: .relaxed)
+        guard failed == 0 else { throw BenchmarkCheckFailed(description: "\(failed) live advances failed") }
+    }
 }

@@ -19,9 +19,9 @@ internal import struct Synchronization.Atomic
 /// changesets from here to move their value caches (``changesets(after:through:)``).
 ///
 /// The log keeps what connections may still ask for: trimming (``trim(oldestPinned:)``) needs
-/// the oldest commit any connection pins, which the ``Database`` finds in its connection
-/// records, under its own lock, *before* it calls in here. No lock is ever held while the other
-/// is taken: the database's state and the commit log are independent.
+/// the oldest commit any connection pins, which it asks the database's ``CommitLogPins`` for,
+/// only when the log is past its retention (the pins' lock is taken inside this log's, and
+/// never the other way round).
 final class CommitLog: Sendable {
     struct State {
         /// The newest commit published.
@@ -361,12 +361,13 @@ final class CommitLog: Sendable {
     /// In batches of a quarter of the retention: removing from the front of an array moves every
     /// element left, and doing that for one changeset per commit, once the log was full, cost as
     /// much as the rest of the commit.
-    func trim(oldestPinned: UInt64?) {
+    func trim(oldestPinned: () -> UInt64?) {
         state.withLock { state in
             let excess = state.entries.count - retention
             let batch = max(1, retention / 4)
             let overBytes = state.bytes > retentionBytes
             guard excess >= batch || overBytes else { return }
+            let oldestPinned = oldestPinned()
             // Keep every changeset after the oldest pin: that connection will ask for them.
             let removable = Self.firstIndex(
                 in: state.entries, endingAfter: oldestPinned ?? state.latestCommit)

@@ -16,38 +16,48 @@ final class ConnectionRecord: Sendable {
     let id: Int
     let name: String
     private let state: Mutex<SnapshotRecord>
-    /// Told when the commit log pin of the record moves (see ``SnapshotRecord/commitLogPin``).
-    private let pinMoved: @Sendable (_ from: UInt64?, _ to: UInt64?) -> Void
+    /// Where the record's commit log pin is kept with every other connection's, moved under
+    /// this record's lock.
+    private let pins: CommitLogPins
+    /// Told when the oldest pin of every connection moved forward or went away: the commit log
+    /// may shrink.
+    private let oldestPinMoved: @Sendable () -> Void
 
-    init(id: Int, name: String, pinMoved: @escaping @Sendable (_ from: UInt64?, _ to: UInt64?) -> Void) {
+    init(id: Int, name: String, pins: CommitLogPins, oldestPinMoved: @escaping @Sendable () -> Void) {
         self.id = id
         self.name = name
-        self.pinMoved = pinMoved
+        self.pins = pins
+        self.oldestPinMoved = oldestPinMoved
         state = Mutex(SnapshotRecord(name: name))
     }
 
     /// A copy of what the record says now.
     var current: SnapshotRecord { state.withLock { $0 } }
 
-    /// The record's commit log pin (``SnapshotRecord/commitLogPin``), read without copying the
-    /// rest of the record (its name and the weak reference to its connection cost a scan of
-    /// every connection more than the pins themselves).
-    var commitLogPin: UInt64? { state.withLock { $0.commitLogPin } }
-
     /// The commit the connection's bookmark reads, or `nil` without a bookmark.
     var bookmark: UInt64? {
         state.withLock { $0.isBookmark ? $0.snapshot : nil }
     }
 
-    /// Changes the record; tells the database when its commit log pin moved.
+    /// Changes the record; moves its commit log pin with it.
+    ///
+    /// The pin moves under the record's lock, so that two moves of one record reach
+    /// ``CommitLogPins`` in the order they were made.
     func update<T>(_ body: (inout SnapshotRecord) -> T) -> T {
-        let (result, before, after) = state.withLock { record in
-            let before = record.commitLogPin
+        let (result, oldestMoved) = state.withLock { record in
+            let before = record.retired ? nil : record.commitLogPin
             let result = body(&record)
-            return (result, before, record.commitLogPin)
+            let after = record.retired ? nil : record.commitLogPin
+            return (result, pins.move(from: before, to: after))
         }
-        if before != after { pinMoved(before, after) }
+        if oldestMoved { oldestPinMoved() }
         return result
+    }
+
+    /// Takes the record's pin out of ``CommitLogPins`` for good: its connection is gone (a
+    /// reseat queued before may still update the record, and pins nothing then).
+    func retire() {
+        update { $0.retired = true }
     }
 }
 
@@ -78,6 +88,8 @@ struct SnapshotRecord: Sendable {
     var bookmarkUnnumbered = false
     /// The connection, so that the checkpointer can ask a bookmark to re-take its snapshot.
     weak var connection: Connection?
+    /// Set when the connection was released: the record pins nothing any more.
+    var retired = false
 
     init(name: String) { self.name = name }
 
@@ -101,8 +113,8 @@ extension Database {
         // (`ActiveConnections`) tells connections of every database apart by id.
         let id = ConnectionRecord.nextID.wrappingAdd(1, ordering: .relaxed).oldValue
         return state.withLock { state in
-            let record = ConnectionRecord(id: id, name: name) { from, to in
-                database.database?.commitLogPinMoved(from: from, to: to)
+            let record = ConnectionRecord(id: id, name: name, pins: commitLogPins) {
+                database.database?.oldestCommitLogPinMoved()
             }
             state.connections[record.id] = record
             return record
@@ -110,13 +122,13 @@ extension Database {
     }
 
     func unregisterConnection(_ id: Int) {
-        let removed = state.withLock { $0.connections.removeValue(forKey: id) }
-        if let pin = removed?.commitLogPin { commitLogPinMoved(from: pin, to: nil) }
+        state.withLock { $0.connections.removeValue(forKey: id) }?.retire()
     }
 
     /// The newest commit and a copy of every connection's record.
     func snapshotRecords() -> (latest: UInt64, records: [SnapshotRecord]) {
         let records = state.withLock { Array($0.connections.values) }.map(\.current)
+        debugCounters.count(.connectionRecordVisits, records.count)
         // Read after the records: a snapshot a record shows was published before it was
         // recorded, so the newest commit read now is at least every record's.
         let latest = commitLog.latestCommit

@@ -3,16 +3,6 @@ internal import SnapshotDBLocking
 
 internal import struct Synchronization.Atomic
 
-/// The values of `Database.oldestPinCache` that are not a commit number.
-enum OldestPin {
-    /// Unknown: the next trim scans the connections.
-    static let invalid = UInt64.max
-    /// A trim is scanning; a pin that moves meanwhile stores `invalid`.
-    static let scanning = UInt64.max - 1
-    /// No connection pins the log.
-    static let noPins = UInt64.max - 2
-}
-
 /// What a `Database` knows about its connections, codecs and extensions; guarded by
 /// `Database.state`. (Its commits and their subscribers are the ``CommitLog``'s.)
 struct DatabaseState {
@@ -81,14 +71,14 @@ extension Database {
             // A damaged row (written by a foreign client) is published as external: a reader
             // must never stop at it. `ReadTransaction.changes(after:)` reports it as `corrupt`.
             let retained = commit - min(commit, UInt64(configuration.commitLogRetention))
-            var from = max(published, min(retained, oldestCommitLogPin() ?? retained))
+            var from = max(published, min(retained, commitLogPins.oldest ?? retained))
             if replica != nil, from > 0 { from -= 1 }
             loaded = (try? History.entries(after: from, through: commit, on: handle, path: path)) ?? []
         }
         let result = commitLog.publish(through: commit, loaded: loaded)
         // Finishing runs the stream's termination handler, which takes the log's lock.
         for continuation in result.overflowed { continuation.finish() }
-        if result.needsTrim { commitLog.trim(oldestPinned: oldestCommitLogPin()) }
+        if result.needsTrim { commitLog.trim(oldestPinned: { commitLogPins.oldest }) }
     }
 
     /// A read replica found its primary put back to an older commit, its snapshot at `commit`:
@@ -135,55 +125,12 @@ extension Database {
         return commitLog.changesets(after: after, through: through)
     }
 
-    /// The oldest commit log pin of any connection, `nil` when none pins the log: from the cache
-    /// when it is valid, else by scanning every connection's record (under the state lock, never
-    /// the commit log's).
-    ///
-    /// The cache makes trimming O(1) on most commits: it holds until a pin that could change it
-    /// moves (see ``commitLogPinMoved(from:to:)``), so a laggard that pins the log makes no
-    /// commit scan every connection.
-    private func oldestCommitLogPin() -> UInt64? {
-        let cached = oldestPinCache.load(ordering: .acquiring)
-        if cached < OldestPin.noPins { return cached }
-        if cached == OldestPin.noPins { return nil }
-        // Under the state lock, so that two scans never overlap (one that saw no pins must not
-        // overwrite the cache after another saw a new one). Mark the scan, so that a pin moving
-        // meanwhile (which stores `invalid`) keeps this scan's result out of the cache.
-        return state.withLock { state in
-            let scanning = oldestPinCache.compareExchange(
-                expected: OldestPin.invalid, desired: OldestPin.scanning, ordering: .acquiringAndReleasing
-            ).exchanged
-            var oldest: UInt64?
-            for record in state.connections.values {
-                if let pin = record.commitLogPin, pin < oldest ?? .max { oldest = pin }
-            }
-            if scanning {
-                _ = oldestPinCache.compareExchange(
-                    expected: OldestPin.scanning, desired: oldest ?? OldestPin.noPins,
-                    ordering: .acquiringAndReleasing)
-            }
-            return oldest
-        }
-    }
-
-    /// Called when a connection's commit log pin moved from `from` to `to`: drops the cached
-    /// oldest pin when the move can change it, and then trims the log, so that the memory a
-    /// laggard pinned is given back as soon as it advances or ends, not at the next commit.
-    func commitLogPinMoved(from: UInt64?, to: UInt64?) {
-        let cached = oldestPinCache.load(ordering: .acquiring)
-        let changesOldest: Bool
-        switch cached {
-        case OldestPin.invalid, OldestPin.scanning: changesOldest = true
-        case OldestPin.noPins: changesOldest = to != nil
-        default:
-            // Only the oldest pin moving, or a new pin below it, changes the oldest.
-            changesOldest = (from.map { $0 <= cached } ?? false) || (to.map { $0 < cached } ?? false)
-        }
-        guard changesOldest else { return }
-        oldestPinCache.store(OldestPin.invalid, ordering: .releasing)
-        // Only a pin that moved forward or went away can let the log shrink.
-        guard let from, to.map({ $0 > from }) ?? true else { return }
-        commitLog.trim(oldestPinned: oldestCommitLogPin())
+    /// The oldest commit log pin of any connection moved forward or went away: the log is
+    /// trimmed, so that the memory a laggard pinned is given back as soon as it advances or
+    /// ends, not at the next commit. (The trim looks at the log's length first, under its own
+    /// lock, and costs nothing more when the log is within its retention.)
+    func oldestCommitLogPinMoved() {
+        commitLog.trim(oldestPinned: { commitLogPins.oldest })
     }
 
     /// How many changesets the commit log holds (for tests and the monitor).

@@ -53,6 +53,8 @@ public final class Database: Sendable {
     let writerTurns: WriterTurns
     /// Faults injected by tests (debug builds only).
     let faults = FaultInjector()
+    /// What tests count of the library's work (debug builds only).
+    let debugCounters = DebugCounters()
     /// Connections, codecs and extensions.
     let state: Mutex<DatabaseState>
     /// The commits this process published, with their changesets and subscribers.
@@ -64,9 +66,8 @@ public final class Database: Sendable {
     /// The last WAL-index header whose commit counter a transaction read or a writer made, with
     /// that counter: see ``knownCommit(at:)``.
     let knownSnapshot = Mutex<(header: WALIndexHeader, commit: UInt64)?>(nil)
-    /// The oldest commit log pin of any connection, cached for the commit log's trimming, or one
-    /// of the ``OldestPin`` markers.
-    let oldestPinCache = Atomic<UInt64>(OldestPin.invalid)
+    /// Every connection's commit log pin, and the oldest of them, for the commit log's trimming.
+    let commitLogPins = CommitLogPins()
     /// How many extensions are registered: write transactions skip their hooks at no cost
     /// while there are none.
     let extensionCount = Atomic<Int>(0)
