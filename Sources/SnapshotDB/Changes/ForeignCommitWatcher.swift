@@ -225,6 +225,9 @@ final class ForeignCommitWatcher: Sendable {
     /// `-shm`), as `/proc/locks` lists it; `false` where locks cannot be listed. Never opens the
     /// `-shm` (closing a descriptor on it would drop this process's SQLite locks).
     private func anotherProcessHoldsTheWriteLock() -> Bool {
+        // A probe that fails (`stat()` of the `-shm` refused) answers as where locks cannot be
+        // listed: the re-checks end, and the watch of the `-wal` (a replica's poll) still sees
+        // the other process's commit when it lands.
         guard let locks = try? SnapshotDBInspector.probeLocks(databaseAt: path) else { return false }
         let ownProcess = getpid()
         return locks.bytes.contains { byte in

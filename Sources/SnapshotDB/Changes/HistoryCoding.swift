@@ -127,6 +127,8 @@ enum HistoryCoding {
         guard !info.isEmpty else { return nil }
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
+        // A dictionary of strings always encodes (`JSONEncoder` fails on non-finite numbers and on
+        // values that throw): the `nil` is never taken.
         guard let data = try? encoder.encode(info) else { return nil }
         return String(decoding: data, as: UTF8.self)
     }

@@ -1,4 +1,5 @@
 internal import Foundation
+internal import Logging
 
 /// A place in one database file's durable history, to save and resume from after a restart or
 /// in another process: "every commit after this one".
@@ -173,9 +174,19 @@ extension Database {
     func newestCommitInFile(atLeast commit: UInt64) -> UInt64 {
         let published = latestCommit
         guard commit > published else { return published }
-        guard let handle = try? SQLiteHandle(path: replica?.name ?? path, readOnly: true, vfs: replica?.vfs),
-            let state = try? handle.readCommitState()
-        else { return published }
-        return max(published, state.commit)
+        do throws(DatabaseError) {
+            let handle = try SQLiteHandle(path: replica?.name ?? path, readOnly: true, vfs: replica?.vfs)
+            let state = try handle.readCommitState()
+            return max(published, state.commit)
+        } catch {
+            // With the published commit as the answer, the caller on a primary calls the position
+            // another history's (`historyMismatch`): warn. On a replica it says "not replicated
+            // yet", which is true while its VFS catches up: debug.
+            logger.log(
+                level: replica == nil ? .warning : .debug,
+                "could not read the newest commit of the file (\(error)): commit \(commit) is taken to be after it (this process published \(published))",
+                metadata: ["position_commit": "\(commit)"])
+            return published
+        }
     }
 }

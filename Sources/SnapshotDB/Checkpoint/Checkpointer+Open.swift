@@ -98,6 +98,8 @@ extension Checkpointer {
     /// when the locks cannot be listed.
     static func otherProcessesWithTheFileOpen(_ path: String) -> String {
         let ownProcess = getpid()
+        // A probe that fails (`stat()` of the `-shm` refused) only leaves the sharers unnamed, as
+        // where locks cannot be listed: the caller's line then says notice and names none.
         let others = Set(
             ((try? SnapshotDBInspector.probeLocks(databaseAt: path))?.connectedProcesses ?? []).compactMap(
                 \.pid)

@@ -31,6 +31,7 @@ extension Checkpointer {
         var previousBacklog = Int.max
         for _ in 0..<Self.maximumPassivePasses {
             let generationBefore = state.withLock { $0.wal.generationCount }
+            // `perform` logged a failure (as an error) before throwing it: here it ends the passes.
             guard let passive = try? perform(.passive) else { break }
             absorb(passive, generationBefore: generationBefore)
             final = passive
@@ -113,6 +114,7 @@ extension Checkpointer {
         let generationBefore = state.withLock { $0.wal.generationCount }
         let latest = database.latestCommit
         prepareReset(database, latestCommit: latest)
+        // `perform` logged a failure (as an error) before throwing it: the reset is retried.
         guard let result = try? perform(resetMode, busyTimeout: Self.resetWait) else { return .notReset }
         if result.isComplete {
             absorbReset(latestCommit: latest, frames: result.walFrames, generationBefore: generationBefore)
@@ -154,6 +156,8 @@ extension Checkpointer {
         }
         guard !bookmarks.isEmpty else { return }
         let generationBefore = state.withLock { $0.wal.generationCount }
+        // `perform` logged a failure (as an error) before throwing it: the bookmarks stay as they
+        // are, as when the pass is incomplete.
         guard let passive = try? perform(.passive), passive.isComplete else { return }
         absorb(passive, generationBefore: generationBefore)
         // On the checkpoint queue: the handle is this queue's, and no lock is held while the
@@ -161,13 +165,31 @@ extension Checkpointer {
         let outcomes = checkpointHandle.use(on: queue) { handle -> [BookmarkReseat] in
             guard let handle else { return [] }
             let began = handle.withBusyTimeout(Self.resetWait, restoring: configuration.busyTimeout) {
-                (try? handle.statement(.beginImmediate).execute()) != nil
+                () -> Bool in
+                do {
+                    try handle.statement(.beginImmediate).execute()
+                    return true
+                } catch {
+                    // Most often a writer of another process past the reset's patience (`busy`).
+                    logger.debug(
+                        "the bookmarks are not re-seated before a WAL reset: BEGIN IMMEDIATE failed (\(error)); the reset may not complete, and is retried"
+                    )
+                    return false
+                }
             }
             guard began else { return [] }
             defer { handle.rollback(after: "re-seating bookmarks before a WAL reset", logger: logger) }
-            guard (try? handle.readCommitState())?.isSealed(at: latest) == true else {
+            let commitState: CommitState
+            do {
+                commitState = try handle.readCommitState()
+            } catch {
+                // The same error fails every transaction of the app: here it is only named.
+                logger.debug(
+                    "the bookmarks are not re-seated before a WAL reset: the commit state could not be read (\(error)); the reset may not complete, and is retried"
+                )
                 return []
             }
+            guard commitState.isSealed(at: latest) else { return [] }
             // Every bookmark's connection re-begins on its own queue at once; a reset with a
             // hundred bookmarks then holds writers back for the slowest of them, not their sum.
             let deadline = ContinuousClock.now + Self.resetWait
@@ -250,6 +272,8 @@ extension Checkpointer {
                 if case .success(let checkpoint) = result {
                     absorb(checkpoint, generationBefore: generationBefore)
                 }
+                // A failure is thrown to the caller below, and `perform` logged it: the monitor's
+                // evaluation sees no result.
                 evaluate(database, before: before, startedAt: startedAt, result: try? result.get())
                 return result
             }
@@ -273,6 +297,8 @@ extension Checkpointer {
                     absorb(checkpoint, generationBefore: generationBefore)
                 }
             }
+            // A failure is thrown to the caller below, and `perform` logged it: the monitor's
+            // evaluation sees no result.
             evaluate(database, before: before, startedAt: startedAt, result: try? result.get())
             return result
         }

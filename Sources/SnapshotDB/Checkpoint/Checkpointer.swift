@@ -118,7 +118,16 @@ final class Checkpointer: Sendable {
         if replicator != nil { return true }
         guard configuration.checkpointing == .automatic else { return false }
         let found = checkpointHandle.use(on: queue) { handle -> Bool in
-            (try? handle?.int64(Self.litestreamQuery)) == 1
+            do {
+                return try handle?.int64(Self.litestreamQuery) == 1
+            } catch {
+                // Asked again at the next automatic run; meanwhile Litestream's read lock (if it
+                // is there) keeps the passes from completing, so no reset follows.
+                logger.debug(
+                    "could not look for Litestream's table (\(error)): taken as not replicated until the next look"
+                )
+                return false
+            }
         }
         guard found else { return false }
         replicatorName.withLock { $0 = "litestream" }

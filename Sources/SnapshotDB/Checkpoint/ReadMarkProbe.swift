@@ -18,6 +18,9 @@ enum ReadMarkProbe {
     /// connections included, under its pid), or `nil` when lock holders cannot be listed on
     /// this system.
     static func holders(databasePath: String) -> [Holder]? {
+        // A probe that fails (`stat()` of the `-shm` refused; a missing one is `nil` without an
+        // error) answers as where locks cannot be listed: callers then name no reader, and a
+        // reset or a closing TRUNCATE waits a few milliseconds at most for one it did not see.
         guard let locks = try? SnapshotDBInspector.probeLocks(databaseAt: databasePath) else { return nil }
         guard !locks.sources.isEmpty else { return nil }
         var holders: [Holder] = []

@@ -35,6 +35,7 @@ internal import Foundation
 enum FastJSON {
     /// `value` decoded from `data`, or `nil` when Foundation must decode it.
     static func decode<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
+        // Its one error is `Fallback`, which this form answers as `nil`: Foundation decodes.
         try? decodeOrFallBack(T.self, from: data)
     }
 
@@ -407,6 +408,7 @@ enum FastJSON {
 
         /// The key of `member` as a string (unescaped: ``members(_:)`` checked that it reads).
         func keyString(_ member: Member) -> String {
+            // ``members(_:)`` read every key that is not plain, so this read cannot fail.
             guard member.plain else { return (try? string(member.keyStart - 1)) ?? "" }
             return String(
                 decoding: UnsafeBufferPointer(

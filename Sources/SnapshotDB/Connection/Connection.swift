@@ -295,8 +295,11 @@ extension Connection {
     /// (see ``ReplicaHandleFollowing``; for tests and diagnostics).
     var replicaHandlesReopened: Int { core.replicaHandlesReopened.load(ordering: .relaxed) }
 
-    /// How many values the connection's cache holds (for tests and diagnostics).
+    /// How many values the connection's cache holds (for tests and diagnostics); 0 once the
+    /// database is closed, and when asked from inside one of the connection's own transactions.
     public var cachedValueCount: Int {
+        // Its errors are `databaseClosed` and `misuse` (inside its own transaction), which a
+        // diagnostic count answers with 0 rather than throw, as documented above.
         (try? serialized { $0.cache.count }) ?? 0
     }
 }

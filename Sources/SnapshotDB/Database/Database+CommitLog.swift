@@ -1,4 +1,5 @@
 internal import Foundation
+internal import Logging
 internal import SnapshotDBLocking
 
 internal import struct Synchronization.Atomic
@@ -73,7 +74,15 @@ extension Database {
             let retained = commit - min(commit, UInt64(configuration.commitLogRetention))
             var from = max(published, min(retained, commitLogPins.oldest ?? retained))
             if replica != nil, from > 0 { from -= 1 }
-            loaded = (try? History.entries(after: from, through: commit, on: handle, path: path)) ?? []
+            do {
+                loaded = try History.entries(after: from, through: commit, on: handle, path: path)
+            } catch {
+                // What the rows held is lost to the log's readers: warn, naming the commits.
+                logger.warning(
+                    "could not read the history rows of commits \(from + 1)...\(commit) (\(error)): they are published as external changesets, their keys unknown",
+                    metadata: ["external_commits": "\(from + 1)...\(commit)"])
+                loaded = []
+            }
         }
         let result = commitLog.publish(through: commit, loaded: loaded)
         // Finishing runs the stream's termination handler, which takes the log's lock.
@@ -114,7 +123,14 @@ extension Database {
     /// published up to `published`: the row of that commit has another token, or none.
     private func isAnotherHistory(_ handle: SQLiteHandle, published: UInt64) -> Bool {
         guard let known = commitLog.latestToken, known.commit == published else { return false }
-        return (try? History.token(of: published, on: handle)) != known.token
+        do {
+            return try History.token(of: published, on: handle) != known.token
+        } catch {
+            logger.warning(
+                "could not read the history token of commit \(published) (\(error)): the history is taken for another one, its new commits published as external changesets",
+                metadata: ["history_commit": "\(published)"])
+            return true
+        }
     }
 
     /// The changesets of the commits in `(after, through]`, in order, or `nil` when the log no

@@ -169,14 +169,15 @@ public final class Database: Sendable {
     private static func openFile(at resolved: String, configuration: Configuration) throws(DatabaseError)
         -> OpenedFile
     {
-        var fileState = try Schema.inspectFile(at: resolved)
+        var fileState = try Schema.inspectFile(at: resolved, logger: configuration.checkpointLogger)
         if case .missing = fileState {
             let created = try Schema.createDatabase(
                 at: resolved, mode: configuration.fileMode, logger: configuration.checkpointLogger)
             // Created by someone else meanwhile: checked like any existing file.
             fileState =
                 created
-                ? .snapshotDB(version: Schema.currentVersion) : try Schema.inspectFile(at: resolved)
+                ? .snapshotDB(version: Schema.currentVersion)
+                : try Schema.inspectFile(at: resolved, logger: configuration.checkpointLogger)
         }
         switch fileState {
         case .missing:
@@ -347,6 +348,8 @@ public final class Database: Sendable {
             defer { free(real) }
             return String(cString: real)
         }
+        // Fails whenever `path` is no symbolic link (most often a file yet to be created): its
+        // directory is resolved below, which reports what is missing.
         if let destination = try? FileManager.default.destinationOfSymbolicLink(atPath: path) {
             throw DatabaseError(
                 .cannotOpen, "\(path) is a symbolic link to \(destination), which does not exist")

@@ -169,8 +169,9 @@ enum Schema {
     }
 
     /// Classifies the file at `path` without opening it through SQLite, so that a foreign or
-    /// damaged file is refused before SQLite could create a `-wal` or `-shm` beside it.
-    static func inspectFile(at path: String) throws(DatabaseError) -> FileState {
+    /// damaged file is refused before SQLite could create a `-wal` or `-shm` beside it. A read
+    /// of the header that fails is logged on `logger` (the open is then refused as no database).
+    static func inspectFile(at path: String, logger: Logger) throws(DatabaseError) -> FileState {
         var info = stat()
         if stat(path, &info) != 0 {
             if errno == ENOENT { return .missing }
@@ -185,7 +186,18 @@ enum Schema {
             throw DatabaseError(.cannotOpen, "cannot read \(path): \(String(cString: strerror(errno)))")
         }
         let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
-        let header = (try? handle.read(upToCount: 100)) ?? Data()
+        let header: Data
+        do {
+            header = try handle.read(upToCount: 100) ?? Data()
+        } catch {
+            // The open is refused below as "not a SQLite database (bad header)": say what failed.
+            logger.warning(
+                "could not read the header of \(path): \(error); the open refuses it as not a SQLite database",
+                metadata: ["snapshotdb_path": "\(path)"])
+            header = Data()
+        }
+        // Closing a descriptor that was only read from loses nothing if it fails: nothing was
+        // written through it, and the header is in hand.
         try? handle.close()
         let magic = Data("SQLite format 3\u{0}".utf8)
         if header.count == 100, isInterruptedCreation(path, header: header) { return .interruptedCreation }

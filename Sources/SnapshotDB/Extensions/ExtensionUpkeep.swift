@@ -232,11 +232,16 @@ extension ExtensionCatalog {
     }
 
     private static func encodeCollections(_ collections: Set<String>) -> String {
+        // An array of strings always encodes (`JSONEncoder` fails on non-finite numbers and on
+        // values that throw): the fallback is never taken.
         let data = (try? JSONEncoder().encode(collections.sorted())) ?? Data("[]".utf8)
         return String(decoding: data, as: UTF8.self)
     }
 
     private static func decodeCollections(_ text: String) -> Set<String>? {
+        // Text SnapshotDB did not write (a foreign client's) reads as `nil`, every collection: the
+        // safe reading, under which a registration rebuilds the extension and any write by a
+        // process that does not keep it marks it stale.
         (try? JSONDecoder().decode([String].self, from: Data(text.utf8))).map(Set.init)
     }
 }

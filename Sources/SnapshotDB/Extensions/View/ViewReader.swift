@@ -8,7 +8,8 @@ extension ReadTransaction {
     func unknownExtension(_ what: String, kind: String, named name: String) -> DatabaseError {
         let plain = DatabaseError(.unknownExtension, "no \(what) named '\(name)' is registered")
         // Only inside the closure (the handle is the transaction's), and only for a name this
-        // process has nothing under and the file has this kind of extension under.
+        // process has nothing under and the file has this kind of extension under. A look at the
+        // file's catalog that fails only leaves out that hint: the plain error is true as it is.
         guard isActive, core.database.extensionDefinition(named: name) == nil,
             let installed = (try? core.handle()).flatMap({ try? ExtensionCatalog.installed(name, handle: $0) }
             ),
