@@ -404,6 +404,36 @@ struct HistoryTests {
         }
     }
 
+    /// The row of a commit this process did not make (another process's) that does not decode
+    /// is published as an external changeset, so no reader stops at it, and the log names the
+    /// commits whose keys were lost (it used to be dropped in silence, issue 43).
+    @Test func anUndecodableRowOfAnotherProcessesCommitIsPublishedAsExternalAndLogged() throws {
+        let logs = LogCapture()
+        var configuration = Configuration()
+        configuration.checkpointLogger = logs.logger
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            try writer.readWrite { try $0.set(1, forKey: "a", inCollection: "c") }
+            try ui.beginLongLivedReadTransaction()
+            // Commit 2 of "another process": row 1 under the next number, its changes damaged.
+            _ = try sqlite3(
+                db.path,
+                "INSERT INTO snapshotdb_history(number, kind, date, process, connection, token, info, changes) "
+                    + "SELECT 2, kind, date, process, connection, token + 1, info, x'01ff' "
+                    + "FROM snapshotdb_history WHERE number = 1;")
+            #expect(logs.messages(at: .warning).isEmpty)
+            let changesets = try ui.beginLongLivedReadTransaction()
+            #expect(changesets.map(\.commit) == [2])
+            #expect(changesets.first?.isExternal == true)
+            let warnings = logs.messages(at: .warning)
+            #expect(warnings.count == 1, "\(warnings)")
+            #expect(warnings.first?.contains("history rows of commits 2...2") == true, "\(warnings)")
+            try writer.readWrite { try $0.set(3, forKey: "d", inCollection: "c") }
+            #expect(try ui.beginLongLivedReadTransaction().map(\.commit) == [3])
+        }
+    }
+
     /// An idle database costs the watcher nothing: once it settled, it sleeps until something
     /// writes to the `-wal`, and does not look again meanwhile.
     @Test func theWatcherSleepsWhileTheDatabaseIsIdle() async throws {
