@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import SnapshotDBLocking
 import SnapshotDBTestSupport
 import Testing
