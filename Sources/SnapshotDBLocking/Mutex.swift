@@ -17,11 +17,31 @@
         public func withLock<Result: ~Copyable, E: Error>(
             _ body: (inout sending Value) throws(E) -> sending Result
         ) throws(E) -> sending Result {
-            try base.withLock(body)
+            LockAcquisitions.count()
+            return try base.withLock(body)
+        }
+    }
+#elseif DEBUG
+    internal import struct Synchronization.Mutex
+
+    /// Debug builds: `Synchronization.Mutex`, each acquisition counted for the current thread
+    /// (``LockAcquisitions``), so that a test can check how many locks a commit takes.
+    public struct Mutex<Value: ~Copyable>: ~Copyable, Sendable {
+        private let base: Synchronization.Mutex<Value>
+
+        /// A mutex guarding `initialValue`.
+        public init(_ initialValue: consuming sending Value) { base = Synchronization.Mutex(initialValue) }
+
+        /// Runs `body` with exclusive access to the value.
+        public func withLock<Result: ~Copyable, E: Error>(
+            _ body: (inout sending Value) throws(E) -> sending Result
+        ) throws(E) -> sending Result {
+            LockAcquisitions.count()
+            return try base.withLock(body)
         }
     }
 #else
-    // Every other build: `Synchronization.Mutex` itself. Re-exported so that a file needs only
+    // Release builds: `Synchronization.Mutex` itself. Re-exported so that a file needs only
     // `import SnapshotDBLocking` for `Mutex` in every build; a file that needs `Atomic` imports
     // `struct Synchronization.Atomic`, never all of Synchronization, whose `Mutex` would be
     // ambiguous in a ThreadSanitizer build (`Scripts/tsan.sh` checks).

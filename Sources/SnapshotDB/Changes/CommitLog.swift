@@ -210,6 +210,12 @@ final class CommitLog: Sendable {
     /// What a publish did: the streams that overflowed (to finish once no lock is held: a
     /// stream's termination handler calls back in), and whether the log outgrew its retention.
     struct Published {
+        /// The changesets appended, in order: none when every commit was published already.
+        var changesets: [Changeset] = []
+        /// The commit of this process's pending changeset, when this publication appended it
+        /// (a reader may publish a local commit before its writer does): that commit's event is
+        /// its writer's to dispatch.
+        var localCommit: UInt64?
         var overflowed: [AsyncStream<Changeset>.Continuation] = []
         var needsTrim = false
     }
@@ -227,8 +233,11 @@ final class CommitLog: Sendable {
             {
                 state.pending = nil
                 state.latestToken = state.pendingToken.map { (commit, $0) }
-                return append([pending], through: commit, in: &state)
+                var published = append([pending], through: commit, in: &state)
+                published.localCommit = pending.commit
+                return published
             }
+            let pendingCommit = state.pending?.commit
             var entries = entries
             if tokensKept {
                 // Rows read at or before the newest commit published (a replica's publish reads
@@ -254,7 +263,9 @@ final class CommitLog: Sendable {
             }
             let (changesets, token) = Self.changesets(through: commit, loaded: entries, in: &state)
             state.latestToken = token.map { (commit, $0) }
-            return append(changesets, through: commit, in: &state)
+            var published = append(changesets, through: commit, in: &state)
+            if state.pending == nil { published.localCommit = pendingCommit }
+            return published
         }
     }
 
@@ -304,14 +315,14 @@ final class CommitLog: Sendable {
     /// Appends `published` (the changesets through `commit`, in order) and delivers them.
     private func append(_ published: [Changeset], through commit: UInt64, in state: inout State) -> Published
     {
-        var result = Published()
+        var result = Published(changesets: published)
         for changeset in published {
             state.entries.append(changeset)
             state.bytes += changeset.approximateBytes
             result.overflowed += state.subscribers.deliver(changeset)
         }
         state.latestCommit = commit
-        publishedCommit.store(commit, ordering: .releasing)
+        publishedCommit.store(commit, ordering: .sequentiallyConsistent)
         result.needsTrim = Self.excess(state, retention: retention, retentionBytes: retentionBytes)
         return result
     }

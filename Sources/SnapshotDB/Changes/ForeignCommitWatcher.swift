@@ -376,16 +376,17 @@ private struct Watch {
 /// database file, so that the watchers of other processes wake at once (see
 /// ``ForeignCommitWatcher``). On other platforms, inotify sees the commit itself: posting does
 /// nothing.
-enum CommitNotification {
+final class CommitNotification: CommitSubscriber {
     /// The notification's name for the database whose `-wal` is `walPath`.
     static func name(walPath: String) -> String {
         "org.snapshotdb.commit:" + walPath
     }
 
-    /// Posts the notification for the database at `databasePath` (its resolved path).
-    static func post(databasePath: String) {
+    /// Posts the notification for a commit of this process (on Darwin; elsewhere the watcher
+    /// watches the `-wal` itself, and the dispatcher has no such subscriber).
+    func commitDidHappen(_ event: CommitEvent, in database: Database) {
         #if canImport(Darwin)
-            notify_post(name(walPath: databasePath + "-wal"))
+            if event.isLocal { notify_post(Self.name(walPath: database.path + "-wal")) }
         #endif
     }
 }

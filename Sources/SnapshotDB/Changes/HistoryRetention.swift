@@ -74,6 +74,8 @@ final class HistoryPurger: Sendable {
     }
 
     private let state = Mutex(State())
+    /// `State.lastRequest`, readable without the lock (stored with it).
+    private let lastRequest = Atomic<UInt64>(0)
     /// How many purge steps ran, and how many rows they removed.
     let steps = Atomic<Int>(0)
     let rowsPurged = Atomic<Int>(0)
@@ -81,9 +83,12 @@ final class HistoryPurger: Sendable {
     /// Called by the writer after each commit: asks for a purge every so many commits.
     func didCommit(_ commit: UInt64, database: Database) {
         let interval = UInt64(max(1, min(256, database.configuration.historyRetention.commits / 8)))
+        // Not due yet: no lock (most commits).
+        guard commit >= lastRequest.load(ordering: .relaxed) &+ interval else { return }
         let request = state.withLock { state -> Bool in
             guard !state.isQueued, commit >= state.lastRequest + interval else { return false }
             state.lastRequest = commit
+            lastRequest.store(commit, ordering: .relaxed)
             state.isQueued = true
             return true
         }
@@ -229,5 +234,13 @@ final class HistoryPurger: Sendable {
         }
         // The newest row is the commit counter: it is never purged.
         return (UInt64(max(0, min(cutoff, latest))), UInt64(max(0, floor)))
+    }
+}
+
+extension HistoryPurger: CommitSubscriber {
+    /// A commit of this process may make a purge due (commits of other processes are theirs to
+    /// purge after).
+    func commitDidHappen(_ event: CommitEvent, in database: Database) {
+        if event.isLocal { didCommit(event.commit, database: database) }
     }
 }

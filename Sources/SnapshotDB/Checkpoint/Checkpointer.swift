@@ -72,6 +72,10 @@ final class Checkpointer: Sendable {
     let state: Mutex<State>
     /// A commit seen in a snapshot made a checkpoint due; it is queued once published.
     private let dueOncePublished = Atomic<Bool>(false)
+    /// Whether the WAL was past the back-pressure limit when a commit last recorded it (see
+    /// ``waitIfWritersOutrunCheckpoints()``): until it is, a write transaction takes no lock
+    /// here. A reset leaves it set until the next commit records the WAL again: one lock more.
+    private let walPastBackPressure = Atomic<Bool>(false)
     /// The checkpoint handle: the database's setup handle, used only on `queue`.
     let checkpointHandle: QueueConfinedHandle
     let walGeneration: WALGenerationReader
@@ -79,7 +83,13 @@ final class Checkpointer: Sendable {
     /// The external replicator that resets the WAL (``Configuration/Checkpointing/external(replicator:)``),
     /// or `nil` while this checkpointer does; set once, at open or when Litestream is found.
     private let replicatorName: Mutex<String?>
-    var replicator: String? { replicatorName.withLock { $0 } }
+    var replicator: String? {
+        // Most files have none: no lock for them, in every write transaction.
+        guard hasReplicator.load(ordering: .acquiring) else { return nil }
+        return replicatorName.withLock { $0 }
+    }
+    /// Whether ``replicator`` is set (it is only ever set, never cleared).
+    private let hasReplicator: Atomic<Bool>
     let path: String
     /// Whether the database has a `-wal` of its own beside `path` (not a read replica, whose
     /// `path` names no file).
@@ -93,6 +103,7 @@ final class Checkpointer: Sendable {
         replicator: String? = nil, hasWAL: Bool = true
     ) {
         self.replicatorName = Mutex(replicator)
+        self.hasReplicator = Atomic(replicator != nil)
         self.path = path
         self.hasWAL = hasWAL
         self.configuration = configuration
@@ -131,6 +142,7 @@ final class Checkpointer: Sendable {
         }
         guard found else { return false }
         replicatorName.withLock { $0 = "litestream" }
+        hasReplicator.store(true, ordering: .releasing)
         announceLitestream()
         return true
     }
@@ -168,9 +180,9 @@ final class Checkpointer: Sendable {
 
     // MARK: The commit path
 
-    /// Called by the ``Writer`` once per commit, inside the writer lock, once the commit is
-    /// durable: `frames` says where it ended in the WAL (what `sqlite3_wal_hook` reported on
-    /// the committing handle). Queues a checkpoint when one is due.
+    /// A commit of this process, inside the writer lock, once the commit is durable (through
+    /// its ``CommitEvent``, and for a `VACUUM`): `frames` says where it ended in the WAL (what
+    /// `sqlite3_wal_hook` reported on the committing handle). Queues a checkpoint when one is due.
     func didCommit(_ commit: UInt64, frames: WALCommitFrames?) {
         var frames = frames
         // The WAL-index header was being rewritten: read the salts from the file instead.
@@ -180,6 +192,7 @@ final class Checkpointer: Sendable {
             // `state` for the call before the argument mutates it, and that copy made the frame
             // map copy all its entries at every commit (one per commit since the last reset).
             let outcome = state.wal.recordCommit(commit, frames: frames)
+            noteBackPressure(walFrames: state.wal.walFrames)
             return state.wantsCheckpoint(after: outcome)
         }
         if let frames { metrics.recordWALBytes(walBytes(frames: frames.endFrame)) }
@@ -195,19 +208,28 @@ final class Checkpointer: Sendable {
     /// A checkpoint this makes due is queued by ``commitsPublished()``, once the transaction
     /// published the commit: the monitor must not judge the bookmarks against an older newest
     /// commit (a bookmark at the last published commit would seem to lag behind nothing).
-    func didSeeCommit(_ commit: UInt64, frames: WALCommitFrames) {
+    ///
+    /// `publishedThrough` reads the newest commit published: when it reaches `commit` already
+    /// (another thread published it, and its event may have come before this), the checkpoint
+    /// is queued at once.
+    func didSeeCommit(_ commit: UInt64, frames: WALCommitFrames, publishedThrough: () -> UInt64) {
         let shouldRequest = state.withLock { state in
             let outcome = state.wal.recordSnapshot(commit, frames: frames)  // (see `didCommit`)
+            noteBackPressure(walFrames: state.wal.walFrames)
             return state.wantsCheckpoint(after: outcome)
         }
-        if shouldRequest { dueOncePublished.store(true, ordering: .releasing) }
+        guard shouldRequest else { return }
+        // Flag first, then look: either the event that publishes `commit` sees the flag, or this
+        // sees its publication (both sides sequentially consistent).
+        dueOncePublished.store(true, ordering: .sequentiallyConsistent)
+        if publishedThrough() >= commit { queueCheckpointDueOncePublished() }
     }
 
-    /// Called after every publication of commits: queues the checkpoint a commit seen in a
-    /// snapshot made due (see ``didSeeCommit(_:frames:)``).
-    func commitsPublished() {
-        guard dueOncePublished.load(ordering: .relaxed),
-            dueOncePublished.exchange(false, ordering: .acquiring)
+    /// Queues the checkpoint a commit seen in a snapshot made due (see
+    /// ``didSeeCommit(_:frames:publishedThrough:)``), once commits were published.
+    private func queueCheckpointDueOncePublished() {
+        guard dueOncePublished.load(ordering: .sequentiallyConsistent),
+            dueOncePublished.exchange(false, ordering: .sequentiallyConsistent)
         else { return }
         requestCheckpoint()
     }
@@ -254,8 +276,10 @@ final class Checkpointer: Sendable {
     /// would make the committing thread do. Keeps the WAL bounded under a writer that commits
     /// as fast as it can.
     func waitIfWritersOutrunCheckpoints() {
-        let limit = max(1, configuration.checkpointThresholdPages).saturatingMultiplied(
-            by: Self.backPressureThresholds)
+        // Below the limit as last recorded: no lock (the WAL only grows by the commits that
+        // record it).
+        guard walPastBackPressure.load(ordering: .relaxed) else { return }
+        let limit = backPressureLimit
         let behind = state.withLock { state in
             // A stall announced by the monitor has a culprit: writers are not held back for it
             // (that is the hard limit's business). A brief stall (a reader that began on the
@@ -265,6 +289,17 @@ final class Checkpointer: Sendable {
         }
         guard behind, !isOnQueue else { return }
         _ = pending.wait(timeout: .now() + .seconds(1))
+    }
+
+    /// The WAL frames past which writers may wait for a checkpoint in progress.
+    private var backPressureLimit: Int {
+        max(1, configuration.checkpointThresholdPages).saturatingMultiplied(by: Self.backPressureThresholds)
+    }
+
+    /// Records, for ``waitIfWritersOutrunCheckpoints()``, whether the WAL is past the
+    /// back-pressure limit; called with `state` locked wherever the WAL grows.
+    private func noteBackPressure(walFrames: Int) {
+        walPastBackPressure.store(walFrames >= backPressureLimit, ordering: .relaxed)
     }
 
     /// Waits until no automatic checkpoint is queued or running, including the retries they
@@ -347,5 +382,17 @@ final class QueueConfinedHandle: @unchecked Sendable {
     func close(on queue: DispatchQueue) {
         dispatchPrecondition(condition: .onQueue(queue))
         handle = nil
+    }
+}
+
+extension Checkpointer: CommitSubscriber {
+    /// The checkpointer's one word of each commit: a commit of this process records where the
+    /// WAL now ends and queues a checkpoint when one is due (``didCommit(_:frames:)``); for
+    /// either kind, a checkpoint that a reader's look at a snapshot made due is queued now that
+    /// its commits are published.
+    func commitDidHappen(_ event: CommitEvent, in database: Database) {
+        database.debugCounters.count(.checkpointerToldOfCommits)
+        if event.isLocal { didCommit(event.commit, frames: event.walFrames) }
+        queueCheckpointDueOncePublished()
     }
 }

@@ -116,16 +116,38 @@ final class ConnectionCore: @unchecked Sendable {
         recordSnapshot(start)
     }
 
-    /// The write transaction's snapshot is released (before its `COMMIT`, or as it ends).
-    func endWrite() {
-        recordSnapshot(nil)
+    /// The write transaction's snapshot is released (before its `COMMIT`, or as it ends). The
+    /// checkpointer is not told: a writer's snapshot is the newest by construction (`BEGIN
+    /// IMMEDIATE`) and pinned nothing it could now reclaim.
+    ///
+    /// `committing` is the commit the transaction is about to make: the record shows it as the
+    /// connection's last snapshot in the same update (``commitFailed(startedFrom:)`` takes it
+    /// back if the `COMMIT` fails).
+    func endWrite(committing commit: UInt64? = nil) {
+        guard let commit else { return recordSnapshot(nil, tellingCheckpointer: false) }
+        guard hasRecordedSnapshot else { return }
+        hasRecordedSnapshot = false
+        record.update { record in
+            record.snapshot = nil
+            record.isBookmark = false
+            record.bookmarkUnsealed = 0
+            record.bookmarkUnnumbered = false
+            record.since = nil
+            record.lastSnapshot = commit
+        }
     }
 
-    /// This connection's transaction made `changeset`'s commit: the record says so, and the
-    /// cache moves to it, dropping exactly what the commit changed.
-    func didCommit(_ changeset: Changeset) {
-        record.update { $0.lastSnapshot = changeset.commit }
-        cache.invalidate(with: changeset)
+    /// The `COMMIT` of a transaction that started from `start` failed: the record's last
+    /// snapshot is `start` again.
+    func commitFailed(startedFrom start: UInt64) {
+        record.update { $0.lastSnapshot = start }
+    }
+
+    /// This connection's transaction made `changeset`'s commit with `operations`: the cache
+    /// moves to it, dropping exactly what the commit changed (the record says so already, see
+    /// ``endWrite(committing:)``).
+    func didCommit(_ changeset: Changeset, operations: [ChangesetBuilder.Operation]) {
+        cache.invalidate(with: changeset, operations: operations)
         cache.commit = changeset.commit
     }
 
@@ -320,7 +342,8 @@ final class ConnectionCore: @unchecked Sendable {
     /// Records the snapshot the connection now reads (`nil`: none), and tells the checkpointer
     /// when a snapshot that may have pinned the WAL was released.
     func recordSnapshot(
-        _ commit: UInt64?, bookmark isBookmark: Bool = false, unsealed: Int64 = 0, unnumbered: Bool = false
+        _ commit: UInt64?, bookmark isBookmark: Bool = false, unsealed: Int64 = 0, unnumbered: Bool = false,
+        tellingCheckpointer: Bool = true
     ) {
         guard commit != nil || hasRecordedSnapshot else { return }
         hasRecordedSnapshot = commit != nil
@@ -336,7 +359,7 @@ final class ConnectionCore: @unchecked Sendable {
             return released
         }
         if isBookmark && commit != nil { mayHoldBookmark = true }
-        if let released {
+        if let released, tellingCheckpointer {
             database.checkpointer.snapshotReleased(commit: released.commit, wasBookmark: released.wasBookmark)
         }
     }
@@ -585,5 +608,17 @@ final class ConnectionCore: @unchecked Sendable {
 
     func fetchData(_ key: CacheKey) throws(DatabaseError) -> Data? {
         try handle().statement(.getData).fetchBlob(key.collection, key.key)
+    }
+}
+
+/// The writing connection's part of a commit: its record shows the commit, and its value cache
+/// moves to it, dropping exactly what the commit changed (``ConnectionCore/didCommit(_:operations:)``).
+/// Other connections hear of nothing: they move their caches when they next begin.
+final class WritingConnection: CommitSubscriber {
+    func commitDidHappen(_ event: CommitEvent, in database: Database) {
+        guard case .transaction(let writer, let operations) = event.origin,
+            let changeset = event.changesets.last
+        else { return }
+        writer.didCommit(changeset, operations: operations)
     }
 }

@@ -180,11 +180,27 @@ final class ValueCache {
     /// changed more keys than the cache holds (a bulk insert must not cost a cache lookup per
     /// row at commit).
     func invalidate(with changeset: Changeset) {
+        invalidate(with: changeset, operations: nil)
+    }
+
+    /// ``invalidate(with:)`` for the writing connection, which has the transaction's own
+    /// `operations`: small changesets are walked from them, without the changeset's lock.
+    func invalidate(with changeset: Changeset, operations: [ChangesetBuilder.Operation]?) {
         if changeset.isExternal || changeset.clearedAllCollections {
             removeAll()
             return
         }
         guard count > 0 else { return }
+        if let operations, operations.count <= count {
+            for operation in operations {
+                if operation.kind == .clear {
+                    removeCollection(operation.collection)
+                } else {
+                    remove(CacheKey(collection: operation.collection, key: operation.key))
+                }
+            }
+            return
+        }
         if changeset.changeCount > count {
             let sets = changeset.keySets
             for collection in sets.clearedCollections { removeCollection(collection) }

@@ -28,39 +28,25 @@ struct DatabaseState {
 
 extension Database {
     /// The commit counter of the snapshot that `header` identifies, when a transaction of this
-    /// database read it (with no unsealed foreign write) or committed it.
-    ///
-    /// A transaction whose snapshot has this header can skip reading the counter: a WAL-index
-    /// lookup of the history's last page walks every frame of it in the WAL, so without this the
-    /// cost of beginning a transaction would grow with the WAL.
-    func knownCommit(at header: WALIndexHeader) -> UInt64? {
-        knownSnapshot.withLock { known in
-            guard let known, known.header == header else { return nil }
-            return known.commit
-        }
-    }
+    /// database read it (with no unsealed foreign write) or committed it (``KnownSnapshot``).
+    func knownCommit(at header: WALIndexHeader) -> UInt64? { knownSnapshot.commit(at: header) }
 
     /// Records that the snapshot `header` identifies has commit counter `commit` and no
-    /// unsealed foreign write. The newest record wins; an older one only costs a later reader
-    /// one read of the counter.
-    func learnCommit(_ commit: UInt64, at header: WALIndexHeader) {
-        knownSnapshot.withLock { $0 = (header, commit) }
-    }
+    /// unsealed foreign write.
+    func learnCommit(_ commit: UInt64, at header: WALIndexHeader) { knownSnapshot.learn(commit, at: header) }
 
     /// Publishes every commit up to `commit`: the pending local one with its changeset, the
     /// others with the changesets their history rows hold when `handle` (in a transaction whose
     /// snapshot reaches `commit`) is given, and as one external changeset per stretch of numbers
     /// whose history is not there (purged, or no handle to read it).
     ///
-    /// Called by the writer after its `COMMIT`, and by any connection that observed a counter
-    /// the log does not reach yet. Without a handle it costs the same for a jump of one commit
-    /// or of a million; with one, it reads the history rows it publishes: the last
-    /// ``Configuration/commitLogRetention`` of them, and every one after the oldest pin of a
-    /// connection (a bookmark not yet given them), which the log keeps however many there are.
-    /// Others would be trimmed at once.
+    /// Called by any connection that observed a counter the log does not reach yet (and by the
+    /// watcher): what it publishes is dispatched as one ``CommitEvent`` of commits found. Without
+    /// a handle it costs the same for a jump of one commit or of a million; with one, it reads
+    /// the history rows it publishes: the last ``Configuration/commitLogRetention`` of them, and
+    /// every one after the oldest pin of a connection (a bookmark not yet given them), which the
+    /// log keeps however many there are. Others would be trimmed at once.
     func publishCommits(through commit: UInt64, reading handle: SQLiteHandle? = nil) {
-        // (Deferred: runs once this publication is done, whichever way it returns.)
-        defer { checkpointer.commitsPublished() }
         let published = commitLog.publishedCommit.load(ordering: .acquiring)
         guard commit > published else { return }
         var loaded: [History.Entry] = []
@@ -84,10 +70,33 @@ extension Database {
                 loaded = []
             }
         }
+        publish(through: commit, loaded: loaded)
+    }
+
+    /// This process's commit is in the file (its SQLite `COMMIT` returned): the log publishes
+    /// its pending changeset (to bookmarks and `changes()` subscribers), unless a reader that saw
+    /// the new counter did so first, and the event goes once to the dispatcher. The one call the
+    /// ``Writer`` makes after a commit.
+    func announce(_ event: CommitEvent) {
+        if commitLog.publishedCommit.load(ordering: .acquiring) < event.commit {
+            publish(through: event.commit, loaded: [])
+        }
+        commitDispatcher.dispatch(event, in: self)
+    }
+
+    /// The publishing step: appends the commits through `commit` to the log and hands them to
+    /// its subscribers (see ``CommitLog/publish(through:loaded:)``). What it appended of other
+    /// processes' commits is dispatched as one event of commits found; this process's pending
+    /// commit, if it took it, is its writer's to announce.
+    private func publish(through commit: UInt64, loaded: [History.Entry]) {
+        debugCounters.count(.publishSteps)
         let result = commitLog.publish(through: commit, loaded: loaded)
         // Finishing runs the stream's termination handler, which takes the log's lock.
         for continuation in result.overflowed { continuation.finish() }
         if result.needsTrim { commitLog.trim(oldestPinned: { commitLogPins.oldest }) }
+        let found = result.changesets.filter { $0.commit != result.localCommit }
+        guard !found.isEmpty else { return }
+        commitDispatcher.dispatch(CommitEvent(origin: .found, changesets: found), in: self)
     }
 
     /// A read replica found its primary put back to an older commit, its snapshot at `commit`:
@@ -106,17 +115,6 @@ extension Database {
         // Also after a mark that was not new (a connection marked first, at another commit):
         // this commit's wake is due all the same.
         for continuation in commitLog.streamsForReusedNumber(commit) { continuation.finish() }
-    }
-
-    /// This process's commit `commit` is in the file (its SQLite `COMMIT` returned), its last
-    /// WAL frames ending at `frames`: it is published (from the pending changeset), the
-    /// checkpointer hears of it once, and the history purge runs when it is due. The one call
-    /// the ``Writer`` makes after a commit.
-    func didCommit(_ commit: UInt64, frames: WALCommitFrames?) {
-        publishCommits(through: commit)
-        CommitNotification.post(databasePath: path)
-        checkpointer.didCommit(commit, frames: frames)
-        historyPurger.didCommit(commit, database: self)
     }
 
     /// Whether the snapshot on `handle` holds another history than the one this process

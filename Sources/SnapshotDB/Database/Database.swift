@@ -65,12 +65,17 @@ public final class Database: Sendable {
     var logger: Logger { checkpointer.logger }
     /// The last WAL-index header whose commit counter a transaction read or a writer made, with
     /// that counter: see ``knownCommit(at:)``.
-    let knownSnapshot = Mutex<(header: WALIndexHeader, commit: UInt64)?>(nil)
+    let knownSnapshot = KnownSnapshot()
+    /// Where every commit is announced, once (see ``CommitEvent``).
+    let commitDispatcher: CommitDispatcher
     /// Every connection's commit log pin, and the oldest of them, for the commit log's trimming.
     let commitLogPins = CommitLogPins()
     /// How many extensions are registered: write transactions skip their hooks at no cost
     /// while there are none.
     let extensionCount = Atomic<Int>(0)
+    /// ``DatabaseState/extensionGeneration``, readable without the state lock (stored with it):
+    /// a write transaction whose upkeep is cached for it takes no lock on the registry.
+    let registryGeneration = Atomic<UInt64>(0)
     /// Set by ``close()``: every call after it throws `databaseClosed`.
     let closed = Atomic<Bool>(false)
     /// What extension writers keep from one write transaction to the next.
@@ -240,6 +245,17 @@ public final class Database: Sendable {
         self.checkpointer = Checkpointer(
             path: path, configuration: configuration, pageSize: opened.pageSize, handle: opened.setup,
             replicator: opened.checkpointing.replicator, hasWAL: replica == nil)
+        // In this order: the header is known before the next transaction begins; turns, the
+        // writing connection and the extensions' caches before the next write; then the
+        // checkpointer (which judges the WAL against the newest commit, published by now), the
+        // history purge, and the other processes' watchers.
+        var subscribers: [any CommitSubscriber] = [
+            knownSnapshot, writerTurns, WritingConnection(), extensionCaches, checkpointer, commitLog.purger,
+        ]
+        #if canImport(Darwin)
+            subscribers.append(CommitNotification())
+        #endif
+        self.commitDispatcher = CommitDispatcher(subscribers)
         if opened.recognizedLitestream { checkpointer.announceLitestream() }
         checkpointer.database = WeakDatabase(self)
         checkpointer.checkpointAtOpen(readOnly: opened.isReadOnly)

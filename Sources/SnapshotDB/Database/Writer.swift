@@ -28,9 +28,10 @@ internal import struct Synchronization.Atomic
 ///    one in the same SQLite transaction; the changeset is registered as *pending* just before
 ///    `COMMIT` (a reader that sees the new counter before step 6 takes it from there, so no
 ///    reader ever sees a commit without its exact changeset); `COMMIT`.
-/// 6. **Publish.** The changeset goes to the commit log, to `changes()` subscribers, and to the
-///    checkpointer, once, with where the commit ended in the WAL (the WAL hook only records
-///    that on the handle).
+/// 6. **Announce.** One ``CommitEvent`` (the changeset, what the extension writers hand on,
+///    where the commit ended in the WAL, the header it left) goes to the database once
+///    (``Database/announce(_:)``): the commit log publishes it to bookmarks and `changes()`
+///    subscribers, then the ``CommitDispatcher`` hands it to every subscriber.
 ///
 /// Readers never wait here: a reader that finds foreign writes not yet sealed seals them only
 /// if the lock and SQLite's write lock are free at once (one commit, bounded by one `fsync`),
@@ -85,7 +86,7 @@ final class Writer: Sendable {
         connection.beginWrite(at: start)
         defer { connection.endWrite() }
         let transaction = ReadWriteTransaction(core: connection, commit: start)
-        transaction.extensionWriters.excluded = upkeep.excluded
+        transaction.extensionWriters.keep(upkeep)
         // Declared after the lock's `defer`, so it runs first: still under the lock.
         var committed = false
         defer { if !committed { transaction.runRollbackActions() } }
@@ -158,10 +159,11 @@ final class Writer: Sendable {
         let source = CommitLog.Source.transaction(
             connection: connection.name, operations: transaction.changes.operations,
             clearedAll: transaction.changes.clearedAllCollections)
+        let caches = transaction.extensionWriters.handOff().map { (start: start, written: $0) }
         try commit(
-            changeset, from: source, sealing: false, on: handle, database: database, writer: connection)
+            changeset, from: source, sealing: false, on: handle, database: database, writer: connection,
+            extensionCaches: caches)
         committed = true
-        transaction.extensionWriters.didCommit(changeset.commit, from: start)
         if !newlyStale.isEmpty {
             // Once per extension (until it is rebuilt): every process's reads of it now throw
             // `extensionStale`, which the process that caused it should hear of.
@@ -548,9 +550,16 @@ final class Writer: Sendable {
     /// On failure the transaction is rolled back and nothing is published.
     private func commit(
         _ changeset: Changeset, from source: CommitLog.Source, sealing: Bool, on handle: SQLiteHandle,
-        database: Database, writer connection: ConnectionCore?
+        database: Database, writer connection: ConnectionCore?,
+        extensionCaches: (start: UInt64, written: [ExtensionCaches.Written])? = nil
     ) throws(DatabaseError) {
         let commit = changeset.commit
+        let origin: CommitEvent.Origin
+        if let connection, case .transaction(_, let operations, _) = source {
+            origin = .transaction(writer: connection, operations: operations)
+        } else {
+            origin = .seal
+        }
         do throws(DatabaseError) {
             try database.commitLog.prepare(changeset, from: source, on: handle)
             if sealing { try handle.statement(.sealExternal).execute() }
@@ -563,7 +572,7 @@ final class Writer: Sendable {
         // publish this commit from the pending changeset before this thread runs again, and the
         // monitor must never see a writer's start commit as lagging behind its own commit. A
         // writer's snapshot is the newest by construction (`BEGIN IMMEDIATE`); it pins nothing.
-        connection?.endWrite()
+        connection?.endWrite(committing: commit)
         // The header cannot change before COMMIT (this transaction holds the WAL write lock).
         let before = handle.walIndexHeader()
         _ = handle.takeCommitFrames()
@@ -572,20 +581,24 @@ final class Writer: Sendable {
             try handle.statement(.commit).execute()
         } catch {
             database.commitLog.discardPending()
+            connection?.commitFailed(startedFrom: commit - 1)
             handle.rollback(after: "a failed COMMIT of commit \(commit)", logger: database.logger)
             throw error
         }
+        // The commit, once: everything that reacts to it hears of it through its event.
+        var event = CommitEvent(origin: origin, changesets: [changeset])
         // SQLite adds one to the header's change counter per commit: one more than before, the
         // header is this commit's (perhaps with the WAL reset since, which changes no content);
         // more, another client committed too, and the next transaction reads the counter.
         if let before, let after = handle.walIndexHeader(), after.change == before.change &+ 1 {
-            database.learnCommit(commit, at: after)
+            event.walHeader = after
         }
         // This commit's change counter (the header could not change before COMMIT): a writer
         // that finds another one has seen a commit of another process since.
-        if let before { database.writerTurns.didCommit(change: before.change &+ 1) }
-        connection?.didCommit(changeset)
-        database.didCommit(commit, frames: handle.takeCommitFrames())
+        event.walChange = before.map { $0.change &+ 1 }
+        event.walFrames = handle.takeCommitFrames()
+        event.extensionCaches = extensionCaches
+        database.announce(event)
     }
 }
 
@@ -653,7 +666,11 @@ extension Database {
         if state.unsealed == 0, let header {
             learnCommit(state.commit, at: header)
             // (A replica's frames are its VFS's, not a WAL this process checkpoints.)
-            if replica == nil { checkpointer.didSeeCommit(state.commit, frames: header.commitFrames) }
+            if replica == nil {
+                checkpointer.didSeeCommit(state.commit, frames: header.commitFrames) {
+                    commitLog.publishedCommit.load(ordering: .sequentiallyConsistent)
+                }
+            }
         }
         return state
     }

@@ -1,4 +1,7 @@
 internal import Foundation
+internal import SnapshotDBLocking
+
+internal import struct Synchronization.Atomic
 
 #if canImport(Glibc)
     internal import Glibc
@@ -18,12 +21,15 @@ internal import Foundation
 /// through another connection (`a.readWrite { b.readWrite { } }`) is refused as misuse
 /// instead of waiting for itself forever.
 ///
-/// `@unchecked Sendable`: `isHeld`, `owner`, `priorityWaiters`, `waitingWriters`,
+/// `@unchecked Sendable`: `isHeld`, `priorityWaiters`, `waitingWriters`,
 /// `testWaiters` and `idleHandler` are only read and written with `condition` locked.
 final class WriterLock: @unchecked Sendable {
     private let condition = NSCondition()
     private var isHeld = false
-    private var owner: pthread_t?
+    /// The thread that holds the lock (``threadID``), 0 when none: written under `condition`,
+    /// read without it by ``isHeldByCurrentThread``, which only asks whether it is the reading
+    /// thread's own id, and only that thread writes its id.
+    private let owner = Atomic<UInt>(0)
     private var priorityWaiters = 0
     /// Writers waiting in ``lock()`` (for tests, see ``waitForWaitingWriters(_:)``).
     private var waitingWriters = 0
@@ -34,15 +40,22 @@ final class WriterLock: @unchecked Sendable {
     /// Whether the current thread holds the lock: a read-write transaction of this database
     /// is open further out on this thread's stack.
     var isHeldByCurrentThread: Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        guard isHeld, let owner else { return false }
-        return pthread_equal(owner, pthread_self()) != 0
+        owner.load(ordering: .relaxed) == Self.threadID()
+    }
+
+    /// The calling thread's id, never 0.
+    private static func threadID() -> UInt {
+        #if canImport(Glibc)
+            UInt(pthread_self())
+        #else
+            UInt(bitPattern: pthread_self())
+        #endif
     }
 
     /// Waits until the lock is free and no priority request waits, then takes it.
     func lock() {
         condition.lock()
+        LockAcquisitions.count()
         if isHeld || priorityWaiters > 0 {
             waitingWriters += 1
             // A test in `waitForWaitingWriters(_:)` wakes (and writers waiting here wait again).
@@ -51,7 +64,7 @@ final class WriterLock: @unchecked Sendable {
             waitingWriters -= 1
         }
         isHeld = true
-        owner = pthread_self()
+        owner.store(Self.threadID(), ordering: .relaxed)
         condition.unlock()
     }
 
@@ -59,18 +72,20 @@ final class WriterLock: @unchecked Sendable {
     /// whether it was taken.
     func tryLock() -> Bool {
         condition.lock()
+        LockAcquisitions.count()
         defer { condition.unlock() }
         guard !isHeld && priorityWaiters == 0 else { return false }
         isHeld = true
-        owner = pthread_self()
+        owner.store(Self.threadID(), ordering: .relaxed)
         return true
     }
 
     /// Releases the lock and wakes its waiters; runs the idle handler when no one waits for it.
     func unlock() {
         condition.lock()
+        LockAcquisitions.count()
         isHeld = false
-        owner = nil
+        owner.store(0, ordering: .relaxed)
         let idle = waitingWriters == 0 && priorityWaiters == 0 ? idleHandler : nil
         condition.broadcast()
         condition.unlock()
@@ -84,6 +99,7 @@ final class WriterLock: @unchecked Sendable {
     /// Sets the idle handler; call once, before the lock is used.
     func setIdleHandler(_ handler: @escaping @Sendable () -> Void) {
         condition.lock()
+        LockAcquisitions.count()
         idleHandler = handler
         condition.unlock()
     }
@@ -91,6 +107,7 @@ final class WriterLock: @unchecked Sendable {
     /// Whether writers wait in ``lock()``.
     var hasWaitingWriters: Bool {
         condition.lock()
+        LockAcquisitions.count()
         defer { condition.unlock() }
         return waitingWriters > 0
     }
@@ -99,6 +116,7 @@ final class WriterLock: @unchecked Sendable {
     /// current holder; returns whether it was taken.
     func lockWithPriority(before deadline: Date) -> Bool {
         condition.lock()
+        LockAcquisitions.count()
         defer { condition.unlock() }
         priorityWaiters += 1
         // Writers waiting in `lock()` keep waiting; `waitForPriorityRequest()` wakes.
@@ -112,13 +130,14 @@ final class WriterLock: @unchecked Sendable {
             if !condition.wait(until: deadline) && isHeld { return false }
         }
         isHeld = true
-        owner = pthread_self()
+        owner.store(Self.threadID(), ordering: .relaxed)
         return true
     }
 
     /// Waits until a ``lockWithPriority(before:)`` request waits for the lock (for tests).
     func waitForPriorityRequest() {
         condition.lock()
+        LockAcquisitions.count()
         defer { condition.unlock() }
         while priorityWaiters == 0 { condition.wait() }
     }
@@ -127,6 +146,7 @@ final class WriterLock: @unchecked Sendable {
     /// returns whether they do (for tests).
     func waitForWaitingWriters(_ count: Int, before deadline: Date) -> Bool {
         condition.lock()
+        LockAcquisitions.count()
         testWaiters += 1
         defer {
             testWaiters -= 1

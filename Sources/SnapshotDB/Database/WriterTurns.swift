@@ -109,8 +109,6 @@ final class WriterTurns: Sendable {
         var heldSince: ContinuousClock.Instant?
         /// The turn is kept for the next writer of this process.
         var isCarried = false
-        /// The header's change counter after this process's last commit.
-        var lastOwnChange: UInt32?
         /// Until when this process takes turns.
         var activeUntil: ContinuousClock.Instant?
         var writesSinceLook = 0
@@ -130,6 +128,21 @@ final class WriterTurns: Sendable {
     }
 
     private let state = Mutex(State())
+    /// The header's change counter after this process's last commit, ``noCommitYet`` before the
+    /// first. Outside `state`, so that a commit records it without a lock: it is only written
+    /// and read by writers that hold the database's ``WriterLock`` (a read-write transaction, a
+    /// consumer's acknowledgement, a history purge), which orders them.
+    private let lastOwnChange = Atomic<UInt64>(noCommitYet)
+    private static let noCommitYet = UInt64.max
+    /// `State.isCarried`, readable without the lock (stored with it), so that a writer whose
+    /// turn was not kept takes no lock to learn it.
+    private let carried = Atomic<Bool>(false)
+
+    /// ``lastOwnChange``, `nil` before this process's first commit.
+    private var ownChange: UInt32? {
+        let change = lastOwnChange.load(ordering: .relaxed)
+        return change == Self.noCommitYet ? nil : UInt32(truncatingIfNeeded: change)
+    }
     /// Signalled by the helper when it took the lock for the waiting writer.
     private let completion = DispatchSemaphore(value: 0)
     /// Signalled for each request, and to end the helper.
@@ -184,7 +197,7 @@ final class WriterTurns: Sendable {
         let mode = state.withLock { state -> Mode in
             // Before this process's first commit nothing is known: a turn. (A handle that has not
             // mapped the header yet, a new connection's, brings no evidence either way.)
-            guard let own = state.lastOwnChange else { return .take }
+            guard let own = ownChange else { return .take }
             if let headerChange, headerChange != own { state.activeUntil = now + Self.activity }
             if let until = state.activeUntil, now < until { return .take }
             state.writesSinceLook += 1
@@ -210,7 +223,7 @@ final class WriterTurns: Sendable {
 
     /// This process committed, and its commit left the header's change counter at `change`.
     func didCommit(change: UInt32) {
-        state.withLock { $0.lastOwnChange = change }
+        lastOwnChange.store(UInt64(change), ordering: .relaxed)
     }
 
     /// This process committed on `handle` outside a read-write transaction (a consumer's
@@ -223,8 +236,8 @@ final class WriterTurns: Sendable {
         state.withLock { state in
             // Another process committed since this process's last commit: evidence, which the
             // new counter must not hide.
-            if let own = state.lastOwnChange, own != before.change { state.activeUntil = now + Self.activity }
-            state.lastOwnChange = wrote ? before.change &+ 1 : before.change
+            if let own = ownChange, own != before.change { state.activeUntil = now + Self.activity }
+            lastOwnChange.store(UInt64(wrote ? before.change &+ 1 : before.change), ordering: .relaxed)
         }
     }
 
@@ -275,8 +288,12 @@ final class WriterTurns: Sendable {
     /// The turn the last writer of this process kept for this one, if it did: the turn is then
     /// this writer's (``Outcome/held``).
     func takeCarried() -> Bool {
-        state.withLock { state in
-            defer { state.isCarried = false }
+        guard carried.load(ordering: .relaxed) else { return false }
+        return state.withLock { state in
+            defer {
+                state.isCarried = false
+                carried.store(false, ordering: .relaxed)
+            }
             return state.isCarried
         }
     }
@@ -295,6 +312,7 @@ final class WriterTurns: Sendable {
                 snapshotdb_turn_is_held_elsewhere(state.descriptor, Self.waitingOffset) == 0
             {
                 state.isCarried = true
+                carried.store(true, ordering: .relaxed)
                 return -1
             }
             state.heldSince = nil
@@ -308,9 +326,13 @@ final class WriterTurns: Sendable {
     /// Gives back a turn kept for a next writer that did not come (the database's writer lock
     /// went idle: see ``WriterLock/setIdleHandler(_:)``).
     func releaseCarried() {
+        // (Set by the writer that just gave up the writer lock, before it did: this thread, or
+        // one ordered after it by that lock.)
+        guard carried.load(ordering: .relaxed) else { return }
         state.withLock { state in
             guard state.isCarried else { return }
             state.isCarried = false
+            carried.store(false, ordering: .relaxed)
             state.heldSince = nil
             if state.descriptor >= 0 {
                 _ = snapshotdb_turn_lock(state.descriptor, Self.turnOffset, SNAPSHOTDB_TURN_UNLOCK, 0)
@@ -468,4 +490,12 @@ final class WriterTurns: Sendable {
 /// `close(2)`, out of reach of ``WriterTurns/close()``'s name.
 private func closeTurnDescriptor(_ descriptor: Int32) {
     _ = close(descriptor)
+}
+
+extension WriterTurns: CommitSubscriber {
+    /// A commit of this process: its WAL-index change counter is this process's, not evidence
+    /// that another process writes.
+    func commitDidHappen(_ event: CommitEvent, in database: Database) {
+        if let change = event.walChange { didCommit(change: change) }
+    }
 }

@@ -227,6 +227,7 @@ extension Database {
                 ($0.dependencies.isEmpty ? 0 : 1, $0.name) < ($1.dependencies.isEmpty ? 0 : 1, $1.name)
             }
             state.extensionGeneration &+= 1
+            registryGeneration.store(state.extensionGeneration, ordering: .releasing)
             return state.extensions.count
         }
         extensionCount.store(count, ordering: .releasing)

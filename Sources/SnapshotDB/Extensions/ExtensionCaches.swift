@@ -25,35 +25,43 @@ final class ExtensionCaches: Sendable {
         var cache: AnyObject
     }
 
-    private let entries = Mutex<[String: Entry]>([:])
-    private let shared = Mutex<[String: Entry]>([:])
+    /// The writers' caches (`kept`), and the states readers share (`shared`): one lock for
+    /// both, so that a commit hands both on at once.
+    private struct State {
+        var kept: [String: Entry] = [:]
+        var shared: [String: Entry] = [:]
+    }
+
+    private let state = Mutex(State())
 
     /// The state of `name` published for `commit`, if that is the commit it describes.
     func published(_ name: String, at commit: UInt64) -> AnyObject? {
-        shared.withLock { shared in
-            guard let entry = shared[name], entry.commit == commit else { return nil }
+        state.withLock { state in
+            guard let entry = state.shared[name], entry.commit == commit else { return nil }
             return entry.cache
         }
     }
 
     /// A reader loaded the state of `name` at `commit`: kept unless a newer one is published.
-    func offer(_ name: String, at commit: UInt64, _ state: AnyObject) {
-        shared.withLock { shared in
-            if let entry = shared[name], entry.commit >= commit { return }
-            shared[name] = Entry(commit: commit, cache: state)
+    func offer(_ name: String, at commit: UInt64, _ published: AnyObject) {
+        state.withLock { state in
+            if let entry = state.shared[name], entry.commit >= commit { return }
+            state.shared[name] = Entry(commit: commit, cache: published)
         }
     }
 
     /// Drops everything kept for `name` (its tables were dropped or rebuilt outside a commit's
     /// bookkeeping).
     func forget(_ name: String) {
-        entries.withLock { _ = $0.removeValue(forKey: name) }
-        shared.withLock { _ = $0.removeValue(forKey: name) }
+        state.withLock { state in
+            state.kept.removeValue(forKey: name)
+            state.shared.removeValue(forKey: name)
+        }
     }
 
     /// Removes the entry of `name` and returns its cache when it describes `commit`.
     func take(_ name: String, at commit: UInt64) -> AnyObject? {
-        let entry = entries.withLock { $0.removeValue(forKey: name) }
+        let entry = state.withLock { $0.kept.removeValue(forKey: name) }
         guard let entry, entry.commit == commit else { return nil }
         return entry.cache
     }
@@ -87,7 +95,18 @@ final class ExtensionCaches: Sendable {
                 }
             }
         }
-        entries.withLock { apply(&$0, \.kept) }
-        shared.withLock { apply(&$0, \.published) }
+        state.withLock { state in
+            apply(&state.kept, \.kept)
+            apply(&state.shared, \.published)
+        }
+    }
+}
+
+extension ExtensionCaches: CommitSubscriber {
+    /// The extensions' post-commit work: what a read-write transaction's extension writers left
+    /// is handed on to the next write transaction and to readers of the new commit.
+    func commitDidHappen(_ event: CommitEvent, in database: Database) {
+        guard let caches = event.extensionCaches else { return }
+        didCommit(event.commit, from: caches.start, written: caches.written)
     }
 }

@@ -1,6 +1,8 @@
 internal import Foundation
 internal import SnapshotDBLocking
 
+internal import struct Synchronization.Atomic
+
 /// Which extensions the file holds that this process does not keep, so that a write by a
 /// process that does not maintain an extension never leaves it stale silently.
 ///
@@ -29,6 +31,10 @@ struct ExtensionUpkeep {
     /// Extensions registered here that this transaction must not write (the file holds another
     /// version, or none).
     var excluded: Set<String> = []
+    /// The registered extensions this transaction keeps (not `excluded`), dependencies first
+    /// (``Database/extensionDefinitions()``): found with the rest, under one lock, so that the
+    /// transaction's extension writers need not take it again.
+    var maintained: [any ExtensionDefinition] = []
 
     static let none = ExtensionUpkeep()
 }
@@ -95,10 +101,15 @@ final class ExtensionCatalogCache: Sendable {
 extension Database {
     /// What the write transaction on `handle` (just begun) must not write and must mark stale.
     func extensionUpkeep(on handle: SQLiteHandle) throws(DatabaseError) -> ExtensionUpkeep {
-        let (generation, registered) = state.withLock { ($0.extensionGeneration, $0.extensions) }
+        // The registry changes under the writer lock only, which this transaction holds: the
+        // generation read without the state lock is the registry's, and a cached upkeep for it
+        // needs nothing else.
+        let generation = registryGeneration.load(ordering: .acquiring)
         let catalog = try extensionCatalogCache.entries(on: handle, generation: generation, path: path)
         if let cached = catalog.upkeep { return cached }
-        let upkeep = Self.upkeep(entries: catalog.entries, registered: registered)
+        let (registered, ordered) = state.withLock { ($0.extensions, $0.orderedExtensions) }
+        var upkeep = Self.upkeep(entries: catalog.entries, registered: registered)
+        upkeep.maintained = ordered.filter { !upkeep.excluded.contains($0.name) }
         extensionCatalogCache.keep(upkeep, generation: generation, schemaVersion: catalog.schemaVersion)
         return upkeep
     }

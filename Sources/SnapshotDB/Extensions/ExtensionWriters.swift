@@ -16,6 +16,12 @@ final class ExtensionWriters {
     /// Registered extensions this transaction must not write: the file holds another version
     /// of them, or none (see ``ExtensionUpkeep``).
     var excluded: Set<String> = []
+
+    /// What the transaction keeps and must not write, as the writer found it when it began.
+    func keep(_ upkeep: ExtensionUpkeep) {
+        excluded = upkeep.excluded
+        definitions = upkeep.maintained
+    }
     private var writers: [String: any ExtensionWriter] = [:]
     private var reset: Set<String> = []
     /// How many savepoints are open: a writer made inside them starts with as many saved
@@ -190,12 +196,13 @@ final class ExtensionWriters {
         for writer in writers.values { writer.endSavepoint(rolledBack: rolledBack) }
     }
 
-    /// The transaction that started from `start` made `commit`: the writers' caches go to the
-    /// database for the next write transaction.
-    func didCommit(_ commit: UInt64, from start: UInt64) {
+    /// What the writers leave for the next write transaction and for readers of the commit
+    /// about to be made (its ``CommitEvent`` hands it to ``ExtensionCaches``); `nil` when no
+    /// extension is registered and none was dropped.
+    func handOff() -> [ExtensionCaches.Written]? {
         // No extension registered and none dropped: no writer left a cache to carry forward.
         if writers.isEmpty && reset.isEmpty && core.database.extensionCount.load(ordering: .acquiring) == 0 {
-            return
+            return nil
         }
         // (One array of what was written, not dictionaries and sets of it: the usual write
         // touches one extension, and building those was about 5k instructions of a one-row move
@@ -206,7 +213,7 @@ final class ExtensionWriters {
             written.append(.init(name: name, kept: writer.keptCache(), published: writer.publishedState()))
         }
         for name in reset { written.append(.init(name: name, kept: nil, published: nil)) }
-        core.database.extensionCaches.didCommit(commit, from: start, written: written)
+        return written
     }
 
     /// What the extensions add to the commit's changeset.

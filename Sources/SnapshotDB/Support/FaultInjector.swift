@@ -1,6 +1,8 @@
 internal import CSQLite
 internal import SnapshotDBLocking
 
+internal import struct Synchronization.Atomic
+
 /// Faults that tests inject into branches the release code cannot reach on demand: a bookmark
 /// that cannot be taken again during a WAL reset, a `BEGIN` that fails during an advance, a
 /// `COMMIT`, a `ROLLBACK` or a history purge step that fails.
@@ -26,18 +28,23 @@ final class FaultInjector: Sendable {
 
     #if DEBUG
         private let armed = Mutex<[Fault: Int]>([:])
+        /// Whether any fault was ever armed: until then a check takes no lock, so that a debug
+        /// build takes the locks a release build takes (the commit's count, `CommitEventTests`).
+        private let everArmed = Atomic<Bool>(false)
     #endif
 
     /// Makes the next `times` checks of `fault` fail (debug builds; does nothing in release).
     func arm(_ fault: Fault, times: Int = 1) {
         #if DEBUG
             armed.withLock { $0[fault, default: 0] += times }
+            everArmed.store(true, ordering: .releasing)
         #endif
     }
 
     /// Whether the code at `fault` must fail now; consumes one armed failure.
     func shouldFail(_ fault: Fault) -> Bool {
         #if DEBUG
+            guard everArmed.load(ordering: .acquiring) else { return false }
             return armed.withLock { armed in
                 guard let count = armed[fault], count > 0 else { return false }
                 armed[fault] = count - 1
