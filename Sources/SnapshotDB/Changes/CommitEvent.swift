@@ -12,18 +12,18 @@ struct CommitEvent {
     enum Origin {
         /// A read-write transaction of this process, on `writer`, with the operations it made
         /// in order (the changeset's keys are their summary).
-        case transaction(writer: ConnectionCore, operations: [ChangesetBuilder.Operation])
+        case transaction(
+            writer: ConnectionCore, operations: [ChangesetBuilder.Operation], changeset: Changeset)
         /// This process numbered writes of a foreign client (``Writer``'s seal).
-        case seal
-        /// Commits of another process, published by whoever found them.
-        case found
+        case seal(Changeset)
+        /// Commits of another process, with the changesets the commit log published for them, in
+        /// order (one per commit, or per stretch of commits whose history was not there).
+        case found([Changeset])
     }
 
     let origin: Origin
-    /// The changesets the commit log published for it, in order: one for a commit of this
-    /// process; for commits found, one per commit or stretch of commits. (Set by the publishing
-    /// step, which runs first.)
-    var changesets: [Changeset]
+    /// The newest commit of the event.
+    let commit: UInt64
     /// Where a commit of this process ended in the WAL (what `sqlite3_wal_hook` reported).
     var walFrames: WALCommitFrames?
     /// The WAL-index header a commit of this process left, when it was the next one after the
@@ -36,12 +36,10 @@ struct CommitEvent {
     /// writers leave for the next write transaction.
     var extensionCaches: (start: UInt64, written: [ExtensionCaches.Written])?
 
-    /// The newest commit of the event.
-    var commit: UInt64 { changesets.last?.commit ?? 0 }
-
-    init(origin: Origin, changesets: [Changeset]) {
+    /// A commit of this process (`origin` is a transaction or a seal) or commits found.
+    init(_ origin: Origin, commit: UInt64) {
         self.origin = origin
-        self.changesets = changesets
+        self.commit = commit
     }
 
     /// Whether this process made the commit.
@@ -59,21 +57,56 @@ protocol CommitSubscriber: AnyObject, Sendable {
 }
 
 /// The one dispatcher of commits: the commit log publishes first (to bookmarks and `changes()`
-/// subscribers), then each subscriber hears of the event, in the order they were given at open.
+/// subscribers, see ``Database/announce(_:)``), then each subscriber hears of the event, in this
+/// order:
+/// 1. ``KnownSnapshot``: the header a local commit left is known before the next transaction
+///    begins;
+/// 2. ``WriterTurns``: a local commit's change counter is this process's own;
+/// 3. ``WritingConnection``: the writing connection's value cache moves to its commit;
+/// 4. ``ExtensionCaches``: what the extension writers leave goes to the next write transaction
+///    and to readers of the commit;
+/// 5. ``Checkpointer``: the WAL's new end, and a checkpoint when one is due (it judges the WAL
+///    against the newest commit, published by now);
+/// 6. ``HistoryPurger``: a purge when one is due;
+/// 7. ``CommitNotification`` (Darwin only): the other processes' watchers wake.
 ///
-/// A commit of this process is announced here and nowhere else; so are commits found from other
-/// processes, once each: the log's publication decides what is new, and a reader that finds
-/// commits another thread published already makes no event.
+/// The subscribers are fixed at open, each a concrete type called directly (no existential per
+/// call on the commit path). A commit of this process is announced here and nowhere else; so are
+/// commits found from other processes, once each: the log's publication decides what is new,
+/// and a reader that finds commits another thread published already makes no event.
 final class CommitDispatcher: Sendable {
-    private let subscribers: [any CommitSubscriber]
+    private let knownSnapshot: KnownSnapshot
+    private let writerTurns: WriterTurns
+    private let writingConnection = WritingConnection()
+    private let extensionCaches: ExtensionCaches
+    private let checkpointer: Checkpointer
+    private let historyPurger: HistoryPurger
+    #if canImport(Darwin)
+        private let notification = CommitNotification()
+    #endif
 
-    init(_ subscribers: [any CommitSubscriber]) {
-        self.subscribers = subscribers
+    init(
+        knownSnapshot: KnownSnapshot, writerTurns: WriterTurns, extensionCaches: ExtensionCaches,
+        checkpointer: Checkpointer, historyPurger: HistoryPurger
+    ) {
+        self.knownSnapshot = knownSnapshot
+        self.writerTurns = writerTurns
+        self.extensionCaches = extensionCaches
+        self.checkpointer = checkpointer
+        self.historyPurger = historyPurger
     }
 
     /// Hands `event` to every subscriber, in order.
     func dispatch(_ event: CommitEvent, in database: Database) {
         database.debugCounters.count(.commitEventsDispatched)
-        for subscriber in subscribers { subscriber.commitDidHappen(event, in: database) }
+        knownSnapshot.commitDidHappen(event, in: database)
+        writerTurns.commitDidHappen(event, in: database)
+        writingConnection.commitDidHappen(event, in: database)
+        extensionCaches.commitDidHappen(event, in: database)
+        checkpointer.commitDidHappen(event, in: database)
+        historyPurger.commitDidHappen(event, in: database)
+        #if canImport(Darwin)
+            notification.commitDidHappen(event, in: database)
+        #endif
     }
 }

@@ -210,12 +210,10 @@ final class CommitLog: Sendable {
     /// What a publish did: the streams that overflowed (to finish once no lock is held: a
     /// stream's termination handler calls back in), and whether the log outgrew its retention.
     struct Published {
-        /// The changesets appended, in order: none when every commit was published already.
-        var changesets: [Changeset] = []
-        /// The commit of this process's pending changeset, when this publication appended it
-        /// (a reader may publish a local commit before its writer does): that commit's event is
-        /// its writer's to dispatch.
-        var localCommit: UInt64?
+        /// The changesets appended of commits this process did not make (found), in order. This
+        /// process's pending commit, which a reader may publish before its writer does, is not
+        /// among them: its event is its writer's to dispatch.
+        var found: [Changeset] = []
         var overflowed: [AsyncStream<Changeset>.Continuation] = []
         var needsTrim = false
     }
@@ -233,9 +231,7 @@ final class CommitLog: Sendable {
             {
                 state.pending = nil
                 state.latestToken = state.pendingToken.map { (commit, $0) }
-                var published = append([pending], through: commit, in: &state)
-                published.localCommit = pending.commit
-                return published
+                return append([pending], through: commit, in: &state)
             }
             let pendingCommit = state.pending?.commit
             var entries = entries
@@ -264,7 +260,8 @@ final class CommitLog: Sendable {
             let (changesets, token) = Self.changesets(through: commit, loaded: entries, in: &state)
             state.latestToken = token.map { (commit, $0) }
             var published = append(changesets, through: commit, in: &state)
-            if state.pending == nil { published.localCommit = pendingCommit }
+            let local = state.pending == nil ? pendingCommit : nil
+            published.found = changesets.filter { $0.commit != local }
             return published
         }
     }
@@ -315,7 +312,7 @@ final class CommitLog: Sendable {
     /// Appends `published` (the changesets through `commit`, in order) and delivers them.
     private func append(_ published: [Changeset], through commit: UInt64, in state: inout State) -> Published
     {
-        var result = Published(changesets: published)
+        var result = Published()
         for changeset in published {
             state.entries.append(changeset)
             state.bytes += changeset.approximateBytes

@@ -616,9 +616,7 @@ final class ConnectionCore: @unchecked Sendable {
 /// Other connections hear of nothing: they move their caches when they next begin.
 final class WritingConnection: CommitSubscriber {
     func commitDidHappen(_ event: CommitEvent, in database: Database) {
-        guard case .transaction(let writer, let operations) = event.origin,
-            let changeset = event.changesets.last
-        else { return }
+        guard case .transaction(let writer, let operations, let changeset) = event.origin else { return }
         writer.didCommit(changeset, operations: operations)
     }
 }

@@ -94,9 +94,8 @@ extension Database {
         // Finishing runs the stream's termination handler, which takes the log's lock.
         for continuation in result.overflowed { continuation.finish() }
         if result.needsTrim { commitLog.trim(oldestPinned: { commitLogPins.oldest }) }
-        let found = result.changesets.filter { $0.commit != result.localCommit }
-        guard !found.isEmpty else { return }
-        commitDispatcher.dispatch(CommitEvent(origin: .found, changesets: found), in: self)
+        guard !result.found.isEmpty else { return }
+        commitDispatcher.dispatch(CommitEvent(.found(result.found), commit: commit), in: self)
     }
 
     /// A read replica found its primary put back to an older commit, its snapshot at `commit`:

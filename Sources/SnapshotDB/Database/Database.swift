@@ -245,17 +245,9 @@ public final class Database: Sendable {
         self.checkpointer = Checkpointer(
             path: path, configuration: configuration, pageSize: opened.pageSize, handle: opened.setup,
             replicator: opened.checkpointing.replicator, hasWAL: replica == nil)
-        // In this order: the header is known before the next transaction begins; turns, the
-        // writing connection and the extensions' caches before the next write; then the
-        // checkpointer (which judges the WAL against the newest commit, published by now), the
-        // history purge, and the other processes' watchers.
-        var subscribers: [any CommitSubscriber] = [
-            knownSnapshot, writerTurns, WritingConnection(), extensionCaches, checkpointer, commitLog.purger,
-        ]
-        #if canImport(Darwin)
-            subscribers.append(CommitNotification())
-        #endif
-        self.commitDispatcher = CommitDispatcher(subscribers)
+        self.commitDispatcher = CommitDispatcher(
+            knownSnapshot: knownSnapshot, writerTurns: writerTurns, extensionCaches: extensionCaches,
+            checkpointer: checkpointer, historyPurger: commitLog.purger)
         if opened.recognizedLitestream { checkpointer.announceLitestream() }
         checkpointer.database = WeakDatabase(self)
         checkpointer.checkpointAtOpen(readOnly: opened.isReadOnly)

@@ -556,9 +556,9 @@ final class Writer: Sendable {
         let commit = changeset.commit
         let origin: CommitEvent.Origin
         if let connection, case .transaction(_, let operations, _) = source {
-            origin = .transaction(writer: connection, operations: operations)
+            origin = .transaction(writer: connection, operations: operations, changeset: changeset)
         } else {
-            origin = .seal
+            origin = .seal(changeset)
         }
         do throws(DatabaseError) {
             try database.commitLog.prepare(changeset, from: source, on: handle)
@@ -586,7 +586,7 @@ final class Writer: Sendable {
             throw error
         }
         // The commit, once: everything that reacts to it hears of it through its event.
-        var event = CommitEvent(origin: origin, changesets: [changeset])
+        var event = CommitEvent(origin, commit: commit)
         // SQLite adds one to the header's change counter per commit: one more than before, the
         // header is this commit's (perhaps with the WAL reset since, which changes no content);
         // more, another client committed too, and the next transaction reads the counter.
