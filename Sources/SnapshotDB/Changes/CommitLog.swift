@@ -4,19 +4,18 @@ internal import SnapshotDBLocking
 internal import struct Synchronization.Atomic
 
 /// The commit log of one database: the changesets of recent commits in order, the newest commit
-/// number, the local commit about to be made, and the subscribers that hear of each commit.
+/// number, the local commit about to be made, and the `changes()` subscribers.
 ///
-/// One type, one lock, owning the pending changeset, the history row, publishing, the
-/// subscribers and the history's purge (``purger``). A one-row commit crosses eight types:
-/// `Connection`, `ConnectionCore` (its snapshot record and cache, through `beginWrite`,
-/// `endWrite` and `didCommit`), the ``Writer``, `ReadWriteTransaction` (with the changeset it
-/// builds), `ExtensionWriters`, `SQLiteHandle`, this log, and the ``Checkpointer``, which hears
-/// of it once (values such as `Changeset` and the history's encoding aside). A commit crosses
-/// the log once: the ``Writer`` registers its changeset before
-/// its SQLite `COMMIT` (``prepare(_:from:on:)``), then publishes it
-/// (``publish(through:loaded:)``), which appends it and hands it to every subscriber under the
-/// same lock, so a subscriber added before a bookmark misses no commit after it. Readers take
-/// changesets from here to move their value caches (``changesets(after:through:)``).
+/// One type, one lock, owning the pending changeset, the history row, publishing and the
+/// subscribers. A commit crosses the log twice: the ``Writer`` registers its changeset before
+/// its SQLite `COMMIT` (``prepare(_:from:on:)``), so that a reader who sees the new counter first
+/// takes the exact changeset from here; then the commit's ``CommitEvent`` is announced
+/// (``Database/announce(_:)``), whose first step publishes it (``publish(through:loaded:)``):
+/// appended and handed to every subscriber under the same lock, so a subscriber added before a
+/// bookmark misses no commit after it. The ``CommitDispatcher`` then tells everything else
+/// (`CommitEventTests` counts one event, one publishing step and one word to the checkpointer
+/// per one-row commit). Readers take changesets from here to move their value caches
+/// (``changesets(after:through:)``).
 ///
 /// The log keeps what connections may still ask for: trimming (``trim(oldestPinned:)``) needs
 /// the oldest commit any connection pins, which it asks the database's ``CommitLogPins`` for,
