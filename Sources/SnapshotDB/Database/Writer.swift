@@ -290,7 +290,7 @@ final class Writer: Sendable {
             let context = ExtensionContext(handle: handle, name: definition.name, memo: nil) {
                 codecs[$0] ?? json
             }
-            if let view = definition as? any ViewDefinition, !view.ranking(context).keyed {
+            if !definition.keepsItemsAfterForeignWrites(context) {
                 rebuild.insert(definition.name)
                 continue
             }

@@ -207,8 +207,8 @@ extension Database {
         DatabaseError(
             .misuse,
             "extension '\(definition.name)' is registered in this process as a "
-                + "\(ExtensionCatalog.kindName(registered.kind)); unregister it before registering a "
-                + "\(ExtensionCatalog.kindName(definition.kind)) under its name")
+                + "\(registered.kind.description); unregister it before registering a "
+                + "\(definition.kind.description) under its name")
     }
 
     /// The commit that built the version of the extension this process registered as `name`,
@@ -294,13 +294,10 @@ extension ReadWriteTransaction {
         let isStale = fileState?.staleCommit != nil
         let stored = try ExtensionCatalog.entries(handle: handle).first { $0.name == definition.name }
         let sameCollections = stored.map { $0.collections == definition.collections } ?? true
-        if let installed, installed.kind == definition.kind,
+        if let installed, installed.kind == definition.kind.rawValue,
             installed.version == definition.storedVersion, !isStale, sameCollections
         {
-            if let view = definition as? any ViewDefinition {
-                let context = try core.extensionContext(named: definition.name, transaction: self)
-                try view.ranking(context).checkStored(version: definition.version)
-            }
+            try definition.checkStored(try core.extensionContext(named: definition.name, transaction: self))
             // Built by the commit the file's state records (another process's, an earlier run's).
             setRegistered(definition, named: definition.name, builtAt: fileState?.registeredCommit)
             extensionWriters.excluded.remove(definition.name)
@@ -370,7 +367,7 @@ extension ReadTransaction {
             )
         }
         guard installed.version == definition.storedVersion,
-            installed.kind == definition.kind
+            installed.kind == definition.kind.rawValue
         else {
             let theirs = ExtensionCatalog.publicVersion(installed.version)
             if let built = core.database.extensionBuild(named: definition.name), built > commit {
@@ -427,15 +424,6 @@ enum ExtensionCatalog {
             name TEXT PRIMARY KEY NOT NULL, kind TEXT NOT NULL, version TEXT NOT NULL) WITHOUT ROWID
         """
 
-    /// What an extension of `kind` is called in messages.
-    static func kindName(_ kind: String) -> String {
-        switch kind {
-        case "index": "secondary index"
-        case "search": "full-text index"
-        default: kind
-        }
-    }
-
     /// The version an app gave, of a version as the catalog stores it (the tables' format
     /// first: ``ExtensionDefinition/storedVersion``).
     static func publicVersion(_ stored: String) -> String {
@@ -458,7 +446,7 @@ enum ExtensionCatalog {
         let statement = try handle.cachedStatement(
             "INSERT OR REPLACE INTO snapshotdb_extensions(name, kind, version) VALUES (?1, ?2, ?3)")
         try statement.bind(definition.name, at: 1)
-        try statement.bind(definition.kind, at: 2)
+        try statement.bind(definition.kind.rawValue, at: 2)
         try statement.bind(definition.storedVersion, at: 3)
         try statement.execute()
     }

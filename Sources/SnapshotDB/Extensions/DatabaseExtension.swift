@@ -31,9 +31,32 @@ public protocol DatabaseExtension: Sendable {
 /// ``ExtensionContext/tablePrefix``), return an ``ExtensionWriter`` from ``makeWriter(_:)``,
 /// and give transactions a typed accessor (as ``ReadTransaction/view(named:)`` does) that
 /// calls ``ReadTransaction/checkInstalled(_:)`` first.
+/// The kinds of extension. The raw values are what the file's catalog records (its `kind`
+/// column), so they never change.
+enum ExtensionKind: String, Sendable {
+    case view
+    case index
+    case search
+
+    /// What a user calls it in messages.
+    var description: String {
+        switch self {
+        case .view: "view"
+        case .index: "secondary index"
+        case .search: "full-text index"
+        }
+    }
+
+    /// What a user calls an extension of the catalog's kind `stored` (a newer version's kind as
+    /// the file spells it).
+    static func description(ofStored stored: String) -> String {
+        ExtensionKind(rawValue: stored)?.description ?? stored
+    }
+}
+
 protocol ExtensionDefinition: DatabaseExtension {
-    /// The kind, recorded with the version: "view", "index", "search".
-    var kind: String { get }
+    /// The kind, recorded with the version.
+    var kind: ExtensionKind { get }
     /// The format of the extension's tables, recorded before its version (``storedVersion``),
     /// so that one kept in an older format is rebuilt when it is registered again. Give a kind
     /// a new tag when its tables change; tags are never reused. `t4` by default.
@@ -48,10 +71,23 @@ protocol ExtensionDefinition: DatabaseExtension {
     /// index): they must be registered first, their writers run before its writer, and they
     /// cannot be unregistered while it is registered.
     var dependencies: [String] { get }
+    /// Whether its writer can keep it item by item after foreign clients changed values whose
+    /// keys are known: it finds what it held of an item in its own tables. An extension whose
+    /// items' places depend on other items' values (a view ordered by a closure) cannot, since
+    /// the neighbours changed too: it is rebuilt instead.
+    func keepsItemsAfterForeignWrites(_ context: ExtensionContext) -> Bool
+    /// Checks that the tables the file holds under this kind and version still agree with the
+    /// definition (a view's order), when it is registered again over them; throws
+    /// `extensionChanged` when they cannot. Nothing to check by default.
+    func checkStored(_ context: ExtensionContext) throws(DatabaseError)
 }
 
 extension ExtensionDefinition {
     var dependencies: [String] { [] }
+
+    func keepsItemsAfterForeignWrites(_ context: ExtensionContext) -> Bool { true }
+
+    func checkStored(_ context: ExtensionContext) throws(DatabaseError) {}
 
     /// The formats so far: the first had no tag (table names without the name's length); t2:
     /// table names carry it; t3: an index table is a rowid table; t4: an index's column indexes
@@ -101,7 +137,7 @@ protocol ExtensionWriter: AnyObject {
     var rebuildMemo: DecodeMemo? { get }
     /// What the transaction changed, for its changeset; `nil` when nothing. Writes back anything
     /// the writer still holds (see ``flush()``).
-    func finish() throws(DatabaseError) -> (any Sendable)?
+    func finish() throws(DatabaseError) -> (any ExtensionRecord)?
     /// Writes to the extension's tables whatever the writer holds back for the end of the
     /// transaction: called before a savepoint begins and before the transaction reads an
     /// extension, so that SQLite's rows are complete at those points.
@@ -340,92 +376,4 @@ final class CodecChoice {
 enum StoredValue {
     case data(Data)
     case lent(UnsafeRawBufferPointer)
-}
-
-/// What an extension adds to a commit's changeset, by extension name.
-struct ExtensionChanges: Sendable {
-    /// Each extension's own record of the commit (a view's touched items).
-    var byName: [String: any Sendable] = [:]
-    /// Extensions rebuilt or dropped in the commit: their readers reload.
-    var reset: Set<String> = []
-    /// Whether every extension must be reloaded: the commit sealed a foreign client's writes,
-    /// and the process that sealed them rebuilt the extensions it knew of.
-    var resetsAll = false
-
-    /// Whether `name` was rebuilt or dropped in the commit.
-    func isReset(_ name: String) -> Bool { resetsAll || reset.contains(name) }
-}
-
-/// An extension's record of a commit that can be written into the durable history, so that
-/// another process (or this one after a restart) gets the same row changes.
-protocol DurableExtensionRecord: Sendable {
-    /// The record's type in the history encoding; never reused.
-    static var historyTag: UInt8 { get }
-    func encode(into writer: inout HistoryWriter)
-    static func decode(from reader: inout HistoryReader) throws(HistoryReader.Failure) -> Self
-}
-
-extension ExtensionChanges {
-    /// The record types the history can hold, by tag.
-    private static let durableRecordTypes: [UInt8: any DurableExtensionRecord.Type] = [
-        ViewCommitRecord.historyTag: ViewCommitRecord.self
-    ]
-
-    /// Appends the records and resets (see ``HistoryCoding``). A record that cannot be stored
-    /// is written as a reset, so another process reloads that extension rather than miss a change.
-    func encode(into writer: inout HistoryWriter) {
-        // The common commit: no extension recorded anything.
-        if byName.isEmpty && reset.isEmpty && !resetsAll {
-            writer.bytes.append(contentsOf: [0, 0, 0])
-            return
-        }
-        var durable: [(String, any DurableExtensionRecord)] = []
-        var resets = reset
-        // (One record, the usual commit, needs no sort; and a view's record is cast to its own
-        // type before the protocol, whose conformance lookup cost 1.5k instructions a commit.)
-        let records = byName.count == 1 ? Array(byName) : byName.sorted(by: { $0.key < $1.key })
-        for (name, record) in records {
-            if let record = record as? ViewCommitRecord {
-                durable.append((name, record))
-            } else if let record = record as? any DurableExtensionRecord {
-                durable.append((name, record))
-            } else {
-                resets.insert(name)
-            }
-        }
-        writer.varint(UInt64(durable.count))
-        for (name, record) in durable {
-            writer.string(name)
-            writer.byte(type(of: record).historyTag)
-            var payload = HistoryWriter()
-            record.encode(into: &payload)
-            writer.varint(UInt64(payload.bytes.count))
-            writer.bytes.append(contentsOf: payload.bytes)
-        }
-        writer.varint(UInt64(resets.count))
-        for name in resets.sorted() { writer.string(name) }
-        writer.byte(resetsAll ? 1 : 0)
-    }
-
-    /// Reads what ``encode(into:)`` wrote; a record of an unknown tag (written by a newer
-    /// version) becomes a reset of its extension.
-    static func decode(from reader: inout HistoryReader) throws(HistoryReader.Failure) -> ExtensionChanges {
-        var changes = ExtensionChanges()
-        for _ in 0..<(try reader.count()) {
-            let name = try reader.string()
-            let tag = try reader.byte()
-            var payload = HistoryReader(try reader.span())
-            guard let type = durableRecordTypes[tag] else {
-                changes.reset.insert(name)
-                continue
-            }
-            changes.byName[name] = try type.decode(from: &payload)
-            guard payload.isAtEnd else {
-                throw HistoryReader.Failure("extension record '\(name)' has extra bytes")
-            }
-        }
-        for _ in 0..<(try reader.count()) { changes.reset.insert(try reader.string()) }
-        changes.resetsAll = try reader.byte() != 0
-        return changes
-    }
 }

@@ -123,7 +123,7 @@ extension Database {
         var upkeep = ExtensionUpkeep()
         var inFile: Set<String> = []
         for entry in entries {
-            if let definition = registered[entry.name], definition.kind == entry.kind,
+            if let definition = registered[entry.name], definition.kind.rawValue == entry.kind,
                 definition.storedVersion == entry.version
             {
                 inFile.insert(entry.name)

@@ -4,15 +4,10 @@ extension ReadTransaction {
     /// - Throws: `unknownExtension` when no index of that name is registered, or this
     ///   snapshot predates it.
     public func index(named name: String) throws(DatabaseError) -> IndexReader {
-        guard let definition = core.database.extensionDefinition(named: name), definition.kind == "index",
-            let columns = (definition as? any IndexDefinition)?.indexColumns
-        else {
-            throw unknownExtension("secondary index", kind: "index", named: name)
-        }
-        try checkInstalled(definition)
+        let definition = try registeredExtension(named: name, kind: .index, as: (any IndexDefinition).self)
         return IndexReader(
             transaction: self,
-            table: IndexTable(prefix: ExtensionContext.tablePrefix(name), columns: columns))
+            table: IndexTable(prefix: ExtensionContext.tablePrefix(name), columns: definition.indexColumns))
     }
 }
 

@@ -51,7 +51,7 @@ public struct SecondaryIndex<Value: Decodable & Sendable>: ExtensionDefinition {
         self.extract = extract
     }
 
-    var kind: String { "index" }
+    var kind: ExtensionKind { .index }
 
     func createTables(_ context: ExtensionContext) throws(DatabaseError) {
         try IndexTable.checkColumns(columns)
@@ -287,5 +287,5 @@ final class IndexWriter<Value: Decodable & Sendable>: ExtensionWriter {
         try context.handle.execute(table.createItemIndex + table.createColumnIndexes)
     }
 
-    func finish() throws(DatabaseError) -> (any Sendable)? { nil }
+    func finish() throws(DatabaseError) -> (any ExtensionRecord)? { nil }
 }

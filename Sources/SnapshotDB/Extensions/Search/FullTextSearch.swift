@@ -40,7 +40,7 @@ public struct FullTextSearch<Value: Decodable & Sendable>: ExtensionDefinition {
         self.extract = extract
     }
 
-    var kind: String { "search" }
+    var kind: ExtensionKind { .search }
 
     func createTables(_ context: ExtensionContext) throws(DatabaseError) {
         // FTS5 refuses columns named `rank` or `rowid` (its own hidden columns).
@@ -219,7 +219,7 @@ final class SearchWriter<Value: Decodable & Sendable>: ExtensionWriter {
         try context.handle.execute(FullTextSearch<Value>.createMapIndex(prefix: prefix))
     }
 
-    func finish() throws(DatabaseError) -> (any Sendable)? { nil }
+    func finish() throws(DatabaseError) -> (any ExtensionRecord)? { nil }
 }
 
 /// A search hit with a snippet of the matching text.
@@ -236,13 +236,9 @@ extension ReadTransaction {
     /// - Throws: `unknownExtension` when no full-text index of that name is registered, or this
     ///   snapshot predates it.
     public func search(named name: String) throws(DatabaseError) -> SearchReader {
-        guard let definition = core.database.extensionDefinition(named: name), definition.kind == "search",
-            let columns = (definition as? any SearchDefinition)?.searchColumns
-        else {
-            throw unknownExtension("full-text index", kind: "search", named: name)
-        }
-        try checkInstalled(definition)
-        return SearchReader(transaction: self, prefix: ExtensionContext.tablePrefix(name), columns: columns)
+        let definition = try registeredExtension(named: name, kind: .search, as: (any SearchDefinition).self)
+        return SearchReader(
+            transaction: self, prefix: ExtensionContext.tablePrefix(name), columns: definition.searchColumns)
     }
 }
 

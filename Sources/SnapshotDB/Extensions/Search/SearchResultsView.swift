@@ -75,7 +75,7 @@ public struct SearchResultsView<Value: Decodable & Sendable>: ExtensionDefinitio
             ownVersion: ownVersion, query: query)
     }
 
-    var kind: String { "view" }
+    var kind: ExtensionKind { .view }
     /// The parent's: a keyed parent's pages hold sort keys (a parent changing between a key
     /// and a closure changes the format, which rebuilds this view too).
     var tableFormat: String { parent.tableFormat }

@@ -107,7 +107,7 @@ public struct View<Value: Decodable & Sendable>: ExtensionDefinition {
         return false
     }
 
-    var kind: String { "view" }
+    var kind: ExtensionKind { .view }
     var tableFormat: String { isKeyed ? ViewPages.keyedTableFormat : ViewPages.tableFormat }
 
     func createTables(_ context: ExtensionContext) throws(DatabaseError) {
@@ -170,7 +170,7 @@ public struct FilteredView<Value: Decodable & Sendable>: ExtensionDefinition {
             }, ordering: parent.ordering)
     }
 
-    var kind: String { "view" }
+    var kind: ExtensionKind { .view }
     var tableFormat: String { view.tableFormat }
 
     func createTables(_ context: ExtensionContext) throws(DatabaseError) { try view.createTables(context) }
@@ -184,6 +184,17 @@ public struct FilteredView<Value: Decodable & Sendable>: ExtensionDefinition {
 /// type.
 protocol ViewDefinition: ExtensionDefinition {
     func ranking(_ context: ExtensionContext) -> any ViewRanking
+}
+
+extension ViewDefinition {
+    /// A keyed view finds an item's old place in its map; a view ordered by a closure compares
+    /// with neighbours whose values may have changed too, and is rebuilt.
+    func keepsItemsAfterForeignWrites(_ context: ExtensionContext) -> Bool { ranking(context).keyed }
+
+    /// The file's pages still sort by this definition's order (see ``ViewRanking/checkStored(version:)``).
+    func checkStored(_ context: ExtensionContext) throws(DatabaseError) {
+        try ranking(context).checkStored(version: version)
+    }
 }
 
 extension View: ViewDefinition {
@@ -446,8 +457,11 @@ struct ViewCommitRecord: Sendable {
 /// A view's record in the durable history: each touched item with its group and stored value
 /// (or sort key) before the commit, so that a reader in another process computes the same row
 /// changes. Flags: 0 not in the view, 1 a value, 2 a sort key.
-extension ViewCommitRecord: DurableExtensionRecord {
-    static var historyTag: UInt8 { 1 }
+extension ViewCommitRecord: ExtensionRecord {
+    /// The view's record's tag in the history; never reused.
+    static let tag: UInt8 = 1
+
+    var historyTag: UInt8 { Self.tag }
 
     func encode(into writer: inout HistoryWriter) {
         writer.varint(UInt64(touched.count))
@@ -485,6 +499,38 @@ extension ViewCommitRecord: DurableExtensionRecord {
             }
         }
         return ViewCommitRecord(touched: touched)
+    }
+
+    /// The view's record of a commit from what the changeset holds under the view's name: the
+    /// record itself (made in this process), or decoded from the bytes the history holds. `nil`
+    /// for a record of another tag (a newer version's), which the view cannot read: its readers
+    /// reload (``ViewReader/requiresReload(for:)``).
+    ///
+    /// - Throws: ``HistoryReader/Failure`` for bytes that are not a view's record.
+    static func from(_ record: any ExtensionRecord) throws(HistoryReader.Failure) -> ViewCommitRecord? {
+        if let record = record as? ViewCommitRecord { return record }
+        guard let stored = record as? StoredExtensionRecord, stored.historyTag == tag else { return nil }
+        // (`withUnsafeBytes` rethrows untyped errors: the outcome comes out as a `Result`.)
+        let outcome = stored.payload.withUnsafeBytes {
+            bytes -> Result<ViewCommitRecord, HistoryReader.Failure> in
+            var reader = HistoryReader(bytes)
+            do throws(HistoryReader.Failure) {
+                let decoded = try decode(from: &reader)
+                guard reader.isAtEnd else {
+                    throw HistoryReader.Failure("extra bytes after the view's record")
+                }
+                return .success(decoded)
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try outcome.get()
+    }
+
+    /// Whether a view can read `record` (no record at all: nothing to read, and nothing missed).
+    static func isReadable(_ record: (any ExtensionRecord)?) -> Bool {
+        guard let record, !(record is ViewCommitRecord) else { return true }
+        return (record as? StoredExtensionRecord)?.historyTag == tag
     }
 }
 
@@ -976,7 +1022,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         try store?.flush()
     }
 
-    func finish() throws(DatabaseError) -> (any Sendable)? {
+    func finish() throws(DatabaseError) -> (any ExtensionRecord)? {
         try applyPending()
         try store?.flush()
         return touched.isEmpty ? nil : ViewCommitRecord(touched: touched)

@@ -5,7 +5,8 @@ extension ReadTransaction {
     /// registered: it says so when the snapshot's file has one (another process or an earlier
     /// run registered it, or this process unregistered it after the snapshot), since
     /// registering it here is then all it takes.
-    func unknownExtension(_ what: String, kind: String, named name: String) -> DatabaseError {
+    func unknownExtension(_ kind: ExtensionKind, named name: String) -> DatabaseError {
+        let what = kind.description
         let plain = DatabaseError(.unknownExtension, "no \(what) named '\(name)' is registered")
         // Only inside the closure (the handle is the transaction's), and only for a name this
         // process has nothing under and the file has this kind of extension under. A look at the
@@ -13,7 +14,7 @@ extension ReadTransaction {
         guard isActive, core.database.extensionDefinition(named: name) == nil,
             let installed = (try? core.handle()).flatMap({ try? ExtensionCatalog.installed(name, handle: $0) }
             ),
-            installed.kind == kind
+            installed.kind == kind.rawValue
         else { return plain }
         return DatabaseError(
             .unknownExtension,
@@ -23,6 +24,21 @@ extension ReadTransaction {
                 + "process to read it")
     }
 
+    /// The extension of `kind` registered as `name`, as a `Definition`, once its tables are
+    /// known to be in this snapshot (``checkInstalled(_:)``): the one lookup of every reader.
+    ///
+    /// - Throws: `unknownExtension` when none of that kind is registered under `name` (saying
+    ///   so when the file has one), and what ``checkInstalled(_:)`` throws.
+    func registeredExtension<Definition>(named name: String, kind: ExtensionKind, as type: Definition.Type)
+        throws(DatabaseError) -> Definition
+    {
+        guard let registered = core.database.extensionDefinition(named: name), registered.kind == kind,
+            let definition = registered as? Definition
+        else { throw unknownExtension(kind, named: name) }
+        try checkInstalled(registered)
+        return definition
+    }
+
     /// The view registered as `name`, read at this transaction's commit.
     ///
     /// Valid only inside the transaction's closure, like the transaction.
@@ -30,10 +46,7 @@ extension ReadTransaction {
     /// - Throws: `unknownExtension` when no view of that name is registered, or this snapshot
     ///   predates its registration (advance the bookmark); a ``DatabaseError`` from SQLite.
     public func view(named name: String) throws(DatabaseError) -> ViewReader {
-        guard let definition = core.database.extensionDefinition(named: name) as? any ViewDefinition else {
-            throw unknownExtension("view", kind: "view", named: name)
-        }
-        try checkInstalled(definition)
+        let definition = try registeredExtension(named: name, kind: .view, as: (any ViewDefinition).self)
         let context = try core.extensionContext(named: name, transaction: self)
         return try ViewReader(
             transaction: self, name: name, ranking: definition.ranking(context), context: context)
@@ -179,7 +192,10 @@ public final class ViewReader {
     /// Whether `changesets` hold a commit after which the view must be reloaded whole: one made
     /// outside this database (its changes are unknown) or one that rebuilt the view.
     public func requiresReload<Changesets: Sequence<Changeset>>(for changesets: Changesets) -> Bool {
-        changesets.contains { $0.isExternal || $0.extensionChanges.isReset(name) }
+        changesets.contains { changeset in
+            changeset.isExternal || changeset.extensionChanges.isReset(name)
+                || !ViewCommitRecord.isReadable(changeset.extensionChanges.byName[name])
+        }
     }
 
     /// The row changes that take the view from the commit before `changesets` (what an
@@ -218,7 +234,18 @@ public final class ViewReader {
         try Self.checkLeadHere(changesets, to: transaction)
         var before: [ViewItem: ViewCommitRecord.Before?] = [:]
         for changeset in changesets {
-            guard let record = changeset.extensionChanges.byName[name] as? ViewCommitRecord else { continue }
+            guard let stored = changeset.extensionChanges.byName[name] else { continue }
+            let record: ViewCommitRecord
+            do throws(HistoryReader.Failure) {
+                // (Readable: `requiresReload(for:)` said no reload.)
+                guard let decoded = try ViewCommitRecord.from(stored) else { continue }
+                record = decoded
+            } catch {
+                throw DatabaseError(
+                    .corrupt,
+                    "the durable history's record of view '\(name)' in commit \(changeset.commit) is damaged "
+                        + "(\(error.reason)): its row changes cannot be computed; reload the view")
+            }
             for (item, state) in record.touched where before.index(forKey: item) == nil {
                 before[item] = state
             }
