@@ -1,4 +1,3 @@
-internal import CSQLite
 internal import Foundation
 internal import SnapshotDBLocking
 
@@ -138,9 +137,9 @@ enum History {
 
     /// The changeset of the current row of a ``SQL/readHistory`` statement; `nil` for a start row.
     private static func changeset(of row: SQLiteStatement, path: String) throws(DatabaseError) -> Changeset? {
-        let kind: Int64? = row.storageClass(at: 1) == SQLITE_INTEGER ? row.int64(at: 1) : nil
+        let kind: Int64? = row.storageClass(at: 1) == .integer ? row.int64(at: 1) : nil
         let changes: Result<HistoryCoding.Decoded, HistoryReader.Failure>? =
-            row.storageClass(at: 6) == SQLITE_BLOB
+            row.storageClass(at: 6) == .blob
             ? row.withBlob(at: 6) { bytes in
                 Result { () throws(HistoryReader.Failure) in try HistoryCoding.decode(bytes) }
             } : nil

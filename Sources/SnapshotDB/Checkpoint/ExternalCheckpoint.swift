@@ -1,5 +1,3 @@
-internal import CSQLite
-
 /// A checkpoint run on a database file from outside any ``Database``, on purpose: the
 /// `snapshotdb checkpoint` tool's, through the library's SQLite layer.
 package enum ExternalCheckpoint {
@@ -39,12 +37,12 @@ package enum ExternalCheckpoint {
         }
         guard journalMode == "wal" else {
             return Outcome(
-                resultCode: SQLITE_OK, isBusy: false, journalMode: journalMode, walFrames: -1,
+                resultCode: SQLiteResult.ok, isBusy: false, journalMode: journalMode, walFrames: -1,
                 checkpointedFrames: -1)
         }
         let answer = try handle.walCheckpoint(mode)
         return Outcome(
-            resultCode: answer.resultCode, isBusy: answer.resultCode & 0xFF == SQLITE_BUSY,
+            resultCode: answer.resultCode, isBusy: SQLiteResult.isBusy(answer.resultCode),
             journalMode: journalMode, walFrames: answer.walFrames,
             checkpointedFrames: answer.checkpointedFrames)
     }

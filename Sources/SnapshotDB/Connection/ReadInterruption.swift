@@ -1,5 +1,3 @@
-internal import CSQLite
-
 internal import struct Synchronization.Atomic
 
 /// What may stop SQLite's work inside one read transaction's closure: a deadline
@@ -94,20 +92,4 @@ final class ReadInterruption: Sendable {
     }
 }
 
-extension SQLiteHandle {
-    /// Runs `body` with `interruption` checked by SQLite's progress handler; with `nil`, runs it
-    /// as it is (no handler, no cost).
-    func checking<T>(_ interruption: ReadInterruption?, _ body: () throws -> T) rethrows -> T {
-        guard let interruption else { return try body() }
-        let context = Unmanaged.passUnretained(interruption).toOpaque()
-        sqlite3_progress_handler(
-            pointer, ReadInterruption.checkInterval,
-            { context in
-                guard let context else { return 0 }
-                return Unmanaged<ReadInterruption>.fromOpaque(context).takeUnretainedValue().shouldStop()
-                    ? 1 : 0
-            }, context)
-        defer { sqlite3_progress_handler(pointer, 0, nil, nil) }
-        return try withExtendedLifetime(interruption) { try body() }
-    }
-}
+extension ReadInterruption: SQLiteProgressCheck {}

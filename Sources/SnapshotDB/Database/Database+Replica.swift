@@ -1,4 +1,3 @@
-internal import CSQLite
 internal import Foundation
 internal import SnapshotDBLocking
 
@@ -90,7 +89,7 @@ extension Database {
                     .cannotOpen, "the \(what) \(value.debugDescription) is empty or contains a NUL")
             }
         }
-        guard sqlite3_vfs_find(vfs) != nil else {
+        guard SQLiteLibrary.hasVFS(named: vfs) else {
             throw DatabaseError(
                 .cannotOpen,
                 "no SQLite VFS named '\(vfs)' is registered in this process: load it first "
@@ -182,24 +181,7 @@ extension Database {
     ///   - entryPoint: its init function; by default SQLite derives it from the file name.
     /// - Throws: `cannotOpen` with SQLite's message when the library cannot be loaded.
     public static func loadSQLiteExtension(at path: String, entryPoint: String? = nil) throws(DatabaseError) {
-        var handle: OpaquePointer?
-        guard
-            sqlite3_open_v2(":memory:", &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_MEMORY, nil)
-                == SQLITE_OK,
-            let handle
-        else {
-            if let handle { sqlite3_close_v2(handle) }
-            throw DatabaseError(.cannotOpen, "cannot open an in-memory SQLite handle to load \(path)")
-        }
-        defer { sqlite3_close_v2(handle) }
-        _ = snapshotdb_db_config_enable_load_extension(handle, 1)
-        var message: UnsafeMutablePointer<CChar>?
-        let result = sqlite3_load_extension(handle, path, entryPoint, &message)
-        guard result == SQLITE_OK else {
-            let text = message.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(result))
-            sqlite3_free(message)
-            throw DatabaseError(.cannotOpen, "cannot load the SQLite extension \(path): \(text)")
-        }
+        try SQLiteLibrary.loadExtension(at: path, entryPoint: entryPoint)
     }
 }
 
@@ -239,12 +221,12 @@ public enum LitestreamVFS {
                     "Litestream's VFS reads LITESTREAM_REPLICA_URL from the environment the process started with "
                         + "(it does not see setenv); start the process with it set to the replica's URL")
             }
-            guard sqlite3_vfs_find(name) == nil else {
+            guard !SQLiteLibrary.hasVFS(named: name) else {
                 throw DatabaseError(
                     .misuse, "a VFS named '\(name)' was registered in this process by other code")
             }
             try Database.loadSQLiteExtension(at: extensionPath)
-            guard sqlite3_vfs_find(name) != nil else {
+            guard SQLiteLibrary.hasVFS(named: name) else {
                 throw DatabaseError(
                     .cannotOpen, "\(extensionPath) loaded but registered no VFS named '\(name)'")
             }
@@ -254,7 +236,7 @@ public enum LitestreamVFS {
                 // later open of a file *not* on its VFS fails with "automatic extension loading
                 // failed" (local files, backups). Clearing the automatic extensions mends it;
                 // the VFS itself is unaffected (only its SQL functions are gone).
-                sqlite3_reset_auto_extension()
+                SQLiteLibrary.resetAutomaticExtensions()
                 guard otherOpensWork() else {
                     throw DatabaseError(
                         .cannotOpen,
@@ -267,12 +249,7 @@ public enum LitestreamVFS {
     }
 
     /// Whether SQLite still opens a database that is not on Litestream's VFS.
-    private static func otherOpensWork() -> Bool {
-        var handle: OpaquePointer?
-        let result = sqlite3_open_v2(":memory:", &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_MEMORY, nil)
-        sqlite3_close_v2(handle)
-        return result == SQLITE_OK
-    }
+    private static func otherOpensWork() -> Bool { SQLiteLibrary.opensInMemory() }
 
     /// The replica URL the VFS was registered for in this process.
     private static let registration = Mutex<String?>(nil)

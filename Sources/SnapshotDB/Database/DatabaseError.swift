@@ -1,4 +1,3 @@
-internal import CSQLite
 public import Foundation
 
 #if canImport(Glibc)
@@ -186,37 +185,6 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         var text = "\(code): \(message)"
         if let sqliteCode { text += " (SQLite result code \(sqliteCode))" }
         return text
-    }
-}
-
-extension DatabaseError {
-    /// Maps a SQLite result code, with the handle's message and the `errno` SQLite saw, to the
-    /// matching code.
-    ///
-    /// SQLite reports a write refused for lack of space as `SQLITE_FULL` when the write was
-    /// short, but as `SQLITE_IOERR_WRITE` when it failed outright with `ENOSPC` or `EFBIG`
-    /// (a file size limit); the system error number tells those apart from a failing device.
-    static func sqlite(
-        _ resultCode: Int32, message: String, systemErrno: Int32 = 0, context: String? = nil
-    ) -> DatabaseError {
-        let code: Code
-        switch resultCode & 0xFF {
-        case SQLITE_FULL: code = .diskFull
-        case SQLITE_CORRUPT: code = .corrupt
-        case SQLITE_NOTADB: code = .notADatabase
-        case SQLITE_READONLY: code = .readOnly
-        case SQLITE_BUSY, SQLITE_LOCKED: code = .busy
-        case SQLITE_TOOBIG: code = .valueTooLarge
-        case SQLITE_CANTOPEN: code = .cannotOpen
-        case SQLITE_INTERRUPT: code = .interrupted
-        case SQLITE_IOERR where systemErrno == ENOSPC || systemErrno == EFBIG: code = .diskFull
-        case SQLITE_IOERR, SQLITE_NOLFS: code = .ioError
-        // SQLite's message for a schema format number above 4 (a newer file format).
-        case SQLITE_ERROR where message == "unsupported file format": code = .unsupportedFormat
-        default: code = .sqlite
-        }
-        let text = context.map { "\($0): \(message)" } ?? message
-        return DatabaseError(code, text, sqliteCode: resultCode)
     }
 }
 

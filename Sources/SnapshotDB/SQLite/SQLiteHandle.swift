@@ -12,7 +12,9 @@ final class SQLiteHandle {
     let pointer: OpaquePointer
     let path: String
     /// Prepared statements indexed by `SQL.rawValue`, so that the hot paths fetch a statement
-    /// without hashing; a buffer rather than a stored array, which would pay Swift's dynamic
+    /// without hashing: a slot per statement the storage layer defines (``SQL``, in
+    /// `Database/SQL.swift`, with every SQL text of SnapshotDB's own tables), which this layer
+    /// prepares and keeps without reading; a buffer rather than a stored array, which would pay Swift's dynamic
     /// exclusivity check on every fetch. Sound because a handle's owner serializes every use.
     private let statements: UnsafeMutableBufferPointer<SQLiteStatement?>
     /// The last error a call on this handle reported: the cause to name when SQLite turns out
@@ -244,29 +246,6 @@ struct WALCommitFrames: Equatable, Sendable {
     var generation: UInt64?
 }
 
-/// What a transaction's snapshot says of the commit counter.
-struct CommitState: Equatable, Sendable {
-    /// The persisted commit counter.
-    var commit: UInt64
-    /// How many foreign writes (rows changed by clients that fire the schema's triggers) are not
-    /// yet sealed with a commit number of their own; 0 when every change has a number.
-    var unsealed: Int64
-    /// The token of the newest history row (the counter's row), when it was read: another
-    /// history at the same counter (older contents put back) has another token.
-    var token: UInt64? = nil
-    /// Whether the snapshot holds another history than the one this process published at the
-    /// same counter (set by ``Database/commitState(of:header:published:)``).
-    var isAnotherHistory = false
-    /// Whether the snapshot holds changes of a foreign client that have no commit number yet:
-    /// writes the triggers noted, or (on a primary) older contents put back from outside;
-    /// unlike ``unsealed``, not a read replica's snapshot of another history, which is a whole
-    /// commit of its primary (``ReadTransaction/hasUnnumberedForeignWrites``).
-    var hasUnnumberedForeignWrites = false
-
-    /// Whether this is `commit` with every foreign write sealed.
-    func isSealed(at commit: UInt64) -> Bool { self.commit == commit && unsealed == 0 }
-}
-
 /// A copy of the WAL-index header: it identifies the commit of the WAL a read transaction
 /// sees. Headers never repeat: every commit increments the change counter, and every WAL
 /// reset draws new salts.
@@ -290,122 +269,6 @@ struct WALIndexHeader: Equatable, Sendable {
     static func == (lhs: Self, rhs: Self) -> Bool {
         withUnsafePointer(to: lhs.raw) { left in
             withUnsafePointer(to: rhs.raw) { right in snapshotdb_wal_index_headers_equal(left, right) != 0 }
-        }
-    }
-}
-
-/// The SQL that SnapshotDB runs on hot paths, prepared once per connection.
-///
-/// Table and column names are fixed here; keys, collections and values are always bound as
-/// parameters, never spliced into SQL text.
-enum SQL: Int, CaseIterable {
-    case readState
-    case fixSnapshot
-    case writeHistory
-    case readHistory
-    case historyFloor
-    case historyToken
-    case foreignChanges
-    case clearForeignChanges
-    case sealExternal
-    case getData
-    /// The same query as `getData`, for reads that hold their row while the caller's code runs
-    /// (``ReadTransaction/withUnsafeBytes(forKey:inCollection:_:)``): a point read inside that
-    /// code then runs `getData` without resetting the held row.
-    case getDataInPlace
-    case exists
-    case upsert
-    case delete
-    case deleteCollection
-    case deleteAll
-    case keys
-    case count
-    case collections
-    case enumerate
-    case enumerateAll
-    case getMetadata
-    case setMetadata
-    case upsertWithMetadata
-    case begin
-    case beginImmediate
-    case commit
-    case rollback
-
-    var text: String {
-        switch self {
-        case .readState:
-            // One step reads the commit counter and its row's token (the newest history row:
-            // one seek down the right edge of its b-tree) and whether foreign writes are still
-            // unsealed. NOT INDEXED: the meta rows sit in the table's one page, and scanning it
-            // spares a read of the name index's page, which after another connection's commit
-            // (SQLite then drops its page cache) is a read from the WAL or the file. No row for
-            // an empty history (damaged metadata); no join, which SQLite would materialize.
-            return """
-                SELECT number,
-                       (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external')
-                     - (SELECT value FROM snapshotdb_meta NOT INDEXED WHERE name = 'external_sealed'),
-                       token
-                FROM snapshotdb_history ORDER BY number DESC LIMIT 1
-                """
-        case .fixSnapshot:
-            // Reads one field of page 1, which every transaction reads anyway: the cheapest
-            // statement that starts the read transaction and so fixes its snapshot.
-            return "PRAGMA schema_version"
-        case .writeHistory:
-            return """
-                INSERT INTO snapshotdb_history(number, kind, date, process, connection, token, info, changes)
-                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                """
-        case .readHistory:
-            return """
-                SELECT number, kind, date, process, connection, info, changes, token FROM snapshotdb_history
-                WHERE number > ?1 AND number <= ?2 ORDER BY number LIMIT ?3
-                """
-        // A row a foreign client numbered below zero is no commit (the purge removes it).
-        case .historyFloor: return "SELECT min(number) FROM snapshotdb_history WHERE number >= 0"
-        case .historyToken: return "SELECT token FROM snapshotdb_history WHERE number = ?1"
-        case .foreignChanges:
-            return """
-                SELECT f.collection, f.key, v.collection IS NOT NULL FROM snapshotdb_foreign_changes AS f
-                LEFT JOIN snapshotdb_values AS v ON v.collection = f.collection AND v.key = f.key
-                ORDER BY f.collection, f.key
-                """
-        case .clearForeignChanges: return "DELETE FROM snapshotdb_foreign_changes"
-        case .sealExternal:
-            return """
-                UPDATE snapshotdb_meta SET value = (SELECT value FROM snapshotdb_meta
-                WHERE name = 'external') WHERE name = 'external_sealed'
-                """
-        case .getData, .getDataInPlace:
-            return "SELECT data FROM snapshotdb_values WHERE collection = ?1 AND key = ?2"
-        case .exists: return "SELECT 1 FROM snapshotdb_values WHERE collection = ?1 AND key = ?2"
-        case .upsert:
-            return """
-                INSERT INTO snapshotdb_values(collection, key, data) VALUES (?1, ?2, ?3)
-                ON CONFLICT(collection, key) DO UPDATE SET data = excluded.data
-                """
-        case .delete: return "DELETE FROM snapshotdb_values WHERE collection = ?1 AND key = ?2"
-        case .deleteCollection: return "DELETE FROM snapshotdb_values WHERE collection = ?1"
-        case .deleteAll: return "DELETE FROM snapshotdb_values"
-        case .keys: return "SELECT key FROM snapshotdb_values WHERE collection = ?1 ORDER BY key"
-        case .count: return "SELECT count(*) FROM snapshotdb_values WHERE collection = ?1"
-        case .collections: return "SELECT DISTINCT collection FROM snapshotdb_values ORDER BY collection"
-        case .enumerate:
-            return "SELECT key, data FROM snapshotdb_values WHERE collection = ?1 ORDER BY key"
-        case .enumerateAll:
-            return "SELECT collection, key, data FROM snapshotdb_values ORDER BY collection, key"
-        case .getMetadata: return "SELECT metadata FROM snapshotdb_values WHERE collection = ?1 AND key = ?2"
-        case .setMetadata:
-            return "UPDATE snapshotdb_values SET metadata = ?3 WHERE collection = ?1 AND key = ?2"
-        case .upsertWithMetadata:
-            return """
-                INSERT INTO snapshotdb_values(collection, key, data, metadata) VALUES (?1, ?2, ?3, ?4)
-                ON CONFLICT(collection, key) DO UPDATE SET data = excluded.data, metadata = excluded.metadata
-                """
-        case .begin: return "BEGIN DEFERRED"
-        case .beginImmediate: return "BEGIN IMMEDIATE"
-        case .commit: return "COMMIT"
-        case .rollback: return "ROLLBACK"
         }
     }
 }
@@ -481,12 +344,6 @@ extension SQLiteHandle {
         return try body()
     }
 
-    /// The commit counter and the number of foreign writes not yet sealed, read in the open
-    /// transaction (the first read of a deferred transaction also fixes its snapshot).
-    ///
-    /// - Throws: `corrupt` when rows of `snapshotdb_meta` or every row of `snapshotdb_history`
-    ///   are missing (another client deleted them): without them commits would be numbered
-    ///   wrong or not at all.
     /// Throws `valueTooLarge` (as SQLite's bind would) for `count` bytes past SQLite's length
     /// limit: checked before a write's extension hooks run, so that a value refused for its size
     /// leaves the extensions as they were.
@@ -496,18 +353,6 @@ extension SQLiteHandle {
         throw DatabaseError(
             .valueTooLarge, "a value of \(count) bytes is too big for SQLite (at most \(limit) bytes)",
             sqliteCode: SQLITE_TOOBIG)
-    }
-
-    func readCommitState() throws(DatabaseError) -> CommitState {
-        let statement = try statement(.readState)
-        defer { statement.reset() }
-        // No row (an empty history) or NULLs (no meta rows) mean rows were deleted.
-        guard try statement.step(), !statement.isNull(at: 0), !statement.isNull(at: 1) else {
-            throw Schema.damagedMetadata(path: path)
-        }
-        return CommitState(
-            commit: UInt64(max(0, statement.int64(at: 0))), unsealed: statement.int64(at: 1),
-            token: statement.isNull(at: 2) ? nil : UInt64(bitPattern: statement.int64(at: 2)))
     }
 
     /// The WAL's generation (its header's salts) from the WAL-index header, without a system

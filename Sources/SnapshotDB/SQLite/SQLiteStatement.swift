@@ -344,7 +344,9 @@ final class SQLiteStatement {
 
     /// The storage class of column `index` of the current row: `SQLITE_INTEGER`, `SQLITE_FLOAT`,
     /// `SQLITE_TEXT`, `SQLITE_BLOB` or `SQLITE_NULL`.
-    func storageClass(at index: Int32) -> Int32 { sqlite3_column_type(statement, index) }
+    func storageClass(at index: Int32) -> SQLiteStorageClass {
+        SQLiteStorageClass(sqlite3_column_type(statement, index))
+    }
 
     /// Column `index` of the current row as a string, embedded NULs kept.
     func string(at index: Int32) -> String {

@@ -1,4 +1,3 @@
-internal import CSQLite
 internal import SnapshotDBLocking
 
 internal import struct Synchronization.Atomic
@@ -58,6 +57,6 @@ final class FaultInjector: Sendable {
     /// The error an injected fault throws: SQLite's I/O error, mapped as a real one is
     /// (`ioError`), so that tests see the code a failing device gives.
     static func error(_ fault: Fault) -> DatabaseError {
-        DatabaseError.sqlite(SQLITE_IOERR, message: "injected fault: \(fault)")
+        DatabaseError.sqliteIOError("injected fault: \(fault)")
     }
 }

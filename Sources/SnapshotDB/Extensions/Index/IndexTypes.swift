@@ -1,4 +1,3 @@
-internal import CSQLite
 public import Foundation
 
 /// A typed column of a ``SecondaryIndex``.
@@ -72,11 +71,11 @@ public enum IndexValue: Hashable, Sendable, ExpressibleByStringLiteral, Expressi
     /// (a blob, which the index never stores, reads as `nil`).
     init?(_ statement: SQLiteStatement, at index: Int32) {
         switch statement.storageClass(at: index) {
-        case SQLITE_INTEGER: self = .integer(Int(statement.int64(at: index)))
-        case SQLITE_FLOAT: self = .real(statement.double(at: index))
-        case SQLITE_TEXT: self = .text(statement.string(at: index))
-        case SQLITE_NULL: self = .null
-        default: return nil
+        case .integer: self = .integer(Int(statement.int64(at: index)))
+        case .float: self = .real(statement.double(at: index))
+        case .text: self = .text(statement.string(at: index))
+        case .null: self = .null
+        case .blob: return nil
         }
     }
 

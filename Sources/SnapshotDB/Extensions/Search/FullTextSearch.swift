@@ -1,4 +1,3 @@
-internal import CSQLite
 internal import Foundation
 
 /// A full-text index (SQLite's FTS5) of text extracted from the values of some collections,
@@ -412,7 +411,7 @@ public struct SearchReader {
     static func queryError(_ error: DatabaseError, query: String) -> DatabaseError {
         // Plain SQLITE_ERROR only: its extended codes (a missing collation, a retry) are not
         // the query's fault.
-        guard error.code == .sqlite, error.sqliteCode == SQLITE_ERROR else { return error }
+        guard error.isPlainSQLiteError else { return error }
         return DatabaseError(
             .invalidQuery,
             "the search \(QuotedInput.quote(query)) is not a valid FTS5 query: \(error.message)",

@@ -1,0 +1,45 @@
+internal import CSQLite
+
+/// The process-wide side of SQLite: its registry of VFSes and its loadable and automatic
+/// extensions (a read replica's VFS is one, see ``LitestreamVFS``).
+enum SQLiteLibrary {
+    /// Whether a VFS named `name` is registered in this process (`sqlite3_vfs_find`).
+    static func hasVFS(named name: String) -> Bool { sqlite3_vfs_find(name) != nil }
+
+    /// Loads the loadable extension at `path` into the process (`sqlite3_load_extension`, on an
+    /// in-memory handle made for it and closed after).
+    ///
+    /// - Throws: `cannotOpen` with SQLite's message when the library cannot be loaded.
+    static func loadExtension(at path: String, entryPoint: String?) throws(DatabaseError) {
+        var handle: OpaquePointer?
+        guard
+            sqlite3_open_v2(":memory:", &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_MEMORY, nil)
+                == SQLITE_OK,
+            let handle
+        else {
+            if let handle { sqlite3_close_v2(handle) }
+            throw DatabaseError(.cannotOpen, "cannot open an in-memory SQLite handle to load \(path)")
+        }
+        defer { sqlite3_close_v2(handle) }
+        _ = snapshotdb_db_config_enable_load_extension(handle, 1)
+        var message: UnsafeMutablePointer<CChar>?
+        let result = sqlite3_load_extension(handle, path, entryPoint, &message)
+        guard result == SQLITE_OK else {
+            let text = message.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(result))
+            sqlite3_free(message)
+            throw DatabaseError(.cannotOpen, "cannot load the SQLite extension \(path): \(text)")
+        }
+    }
+
+    /// Whether SQLite still opens an in-memory database in this process (an automatic extension
+    /// that fails makes every open fail).
+    static func opensInMemory() -> Bool {
+        var handle: OpaquePointer?
+        let result = sqlite3_open_v2(":memory:", &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_MEMORY, nil)
+        sqlite3_close_v2(handle)
+        return result == SQLITE_OK
+    }
+
+    /// Clears the process's automatic extensions (`sqlite3_reset_auto_extension`).
+    static func resetAutomaticExtensions() { sqlite3_reset_auto_extension() }
+}
