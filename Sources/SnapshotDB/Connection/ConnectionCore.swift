@@ -17,19 +17,19 @@ final class ConnectionCore: @unchecked Sendable {
     /// Where this connection's snapshot and bookmark are recorded (the one place).
     let record: ConnectionRecord
     let cache: ValueCache
-    private var openedHandle: SQLiteHandle?
-    private var codecs: [String: any ValueCodec]?
-    private let defaultCodec = JSONValueCodec()
+    var openedHandle: SQLiteHandle?
+    var codecs: [String: any ValueCodec]?
+    let defaultCodec = JSONValueCodec()
     /// Whether the record holds a snapshot (this connection is the only one that sets or
     /// clears it), so that ending an ended snapshot takes no lock.
-    private var hasRecordedSnapshot = false
+    var hasRecordedSnapshot = false
     /// Whether the record may hold a bookmark or an unreported lost bookmark. Both are only
     /// ever set on this connection's queue (a bookmark by an advance; `bookmarkLost` by a
     /// reseat, which acts only on a recorded bookmark), so while this is `false` a transaction
     /// asks the record nothing (one lock less per transaction).
-    private var mayHoldBookmark = false
+    var mayHoldBookmark = false
     /// On a read replica, whether the handle still follows the replica.
-    private var replicaFollowing = ReplicaHandleFollowing(marksAtOpen: 0)
+    var replicaFollowing = ReplicaHandleFollowing(marksAtOpen: 0)
 
     var id: Int { record.id }
 
@@ -66,7 +66,7 @@ final class ConnectionCore: @unchecked Sendable {
 
     /// On a read replica, whether the handle may no longer follow the replica (see
     /// ``ReplicaHandleFollowing``), before a snapshot or with the commit of the one it took.
-    private func replicaHandleStalled(snapshot: UInt64? = nil) -> Bool {
+    func replicaHandleStalled(snapshot: UInt64? = nil) -> Bool {
         guard database.replica != nil, openedHandle != nil else { return false }
         return replicaFollowing.isStalled(
             marks: database.commitLog.foreignHistoryMarks, snapshot: snapshot,
@@ -78,7 +78,7 @@ final class ConnectionCore: @unchecked Sendable {
     /// cannot open one now (Litestream's VFS fails opens while its replica is being rewritten,
     /// as during a put-back): the old handle stays, and a later snapshot tries again. (Reads on
     /// a new handle can still fail while the VFS catches up: the caller's error, as any read's.)
-    private func replaceStalledReplicaHandle() -> SQLiteHandle? {
+    func replaceStalledReplicaHandle() -> SQLiteHandle? {
         guard let stalled = openedHandle else { return nil }
         let fresh: SQLiteHandle
         do {
@@ -170,7 +170,7 @@ final class ConnectionCore: @unchecked Sendable {
     /// A read snapshot just begun: the commit it sees, the foreign writes in it not yet
     /// sealed, the commit the cache moved from, and the changesets it moved by (`nil` when the
     /// cache was dropped instead).
-    private struct ReadSnapshot {
+    struct ReadSnapshot {
         var commit: UInt64
         var unsealed: Int64
         /// Whether the snapshot holds foreign writes not numbered yet (`unsealed` also counts
@@ -189,7 +189,7 @@ final class ConnectionCore: @unchecked Sendable {
     /// Foreign writes found unsealed are sealed by the ``Writer`` when that costs no waiting;
     /// otherwise they are read unsealed, with the cache dropped (always safe), and sealed off
     /// this path. A reader never waits for a writer.
-    private func beginReadSnapshot() throws(DatabaseError) -> ReadSnapshot {
+    func beginReadSnapshot() throws(DatabaseError) -> ReadSnapshot {
         // A handle opened for this snapshot: marks its own snapshot makes (it found the put-back)
         // are not against it.
         var freshHandle = openedHandle == nil
@@ -278,7 +278,7 @@ final class ConnectionCore: @unchecked Sendable {
     /// holds commit `cached` with history token `token`: the same number with another token, or
     /// a lower number (a connection follows its replica forward only, so the primary was put
     /// back to an older commit).
-    private static func isAnotherHistory(_ state: CommitState, cachedAt cached: UInt64, token: UInt64?)
+    static func isAnotherHistory(_ state: CommitState, cachedAt cached: UInt64, token: UInt64?)
         -> Bool
     {
         if state.commit < cached { return true }
@@ -309,7 +309,7 @@ final class ConnectionCore: @unchecked Sendable {
 
     /// Releases the bookmark, whose SQLite read transaction is gone (SQLite ended it after an
     /// error, or its handle was closed as broken), and returns the `bookmarkLost` to throw.
-    private func loseBookmarkEndedBySQLite(cause: DatabaseError?) -> DatabaseError {
+    func loseBookmarkEndedBySQLite(cause: DatabaseError?) -> DatabaseError {
         recordSnapshot(nil)
         mayHoldBookmark = false
         var reason = "SQLite ended its read transaction after an error"
@@ -392,7 +392,7 @@ final class ConnectionCore: @unchecked Sendable {
         return try run(body, in: transaction, interruption: interruption)
     }
 
-    private func run<T>(
+    func run<T>(
         _ body: (ReadTransaction) throws -> T, in transaction: ReadTransaction,
         interruption: ReadInterruption?
     ) throws -> T {
@@ -431,7 +431,7 @@ final class ConnectionCore: @unchecked Sendable {
     /// The commit of the connection's bookmark, and whether its snapshot holds foreign writes
     /// not numbered yet, or `nil` without one; throws `bookmarkLost` (once) when the bookmark
     /// was lost since the last call.
-    private func bookmarkOrLost() throws(DatabaseError) -> (commit: UInt64, unsealed: Bool)? {
+    func bookmarkOrLost() throws(DatabaseError) -> (commit: UInt64, unsealed: Bool)? {
         guard mayHoldBookmark else { return nil }
         let (bookmark, unsealed, wasLost) = record.update { record in
             defer { record.bookmarkLost = false }
@@ -447,7 +447,7 @@ final class ConnectionCore: @unchecked Sendable {
         return nil
     }
 
-    private static func bookmarkLostError(_ name: String, because reason: String, cause: DatabaseError? = nil)
+    static func bookmarkLostError(_ name: String, because reason: String, cause: DatabaseError? = nil)
         -> DatabaseError
     {
         DatabaseError(
@@ -472,151 +472,14 @@ final class ConnectionCore: @unchecked Sendable {
         try handle.rollback()
     }
 
-    // MARK: Long-lived read transactions
-
-    func beginLongLivedReadTransaction() throws -> [Changeset] {
-        let previous = record.update { record -> SnapshotRecord in
-            record.bookmarkLost = false
-            return record
-        }
-        let previousBookmark = previous.isBookmark ? previous.snapshot : nil
-        // End the old SQLite read transaction but keep the old bookmark recorded until the new
-        // one is: `deliveredThrough` pins the commit log entries this advance must return.
-        if previousBookmark != nil, let openedHandle {
-            openedHandle.rollback(
-                after: "the bookmark of connection '\(name)' was advanced", logger: database.logger)
-        }
-        let snapshot: ReadSnapshot
-        do {
-            snapshot = try beginReadSnapshot()
-        } catch {
-            // No gap: the next successful advance returns every commit after the last one
-            // this connection was given, which `deliveredThrough` keeps pinned meanwhile.
-            recordSnapshot(nil)
-            throw error
-        }
-        let commit = snapshot.commit
-        var changesets: [Changeset] = []
-        if let delivered = previous.deliveredThrough, commit > delivered {
-            if snapshot.cacheMovedFrom == delivered, let moved = snapshot.changesets {
-                // The cache moved by exactly the commits this advance reports.
-                changesets = moved
-            } else {
-                // The log is pinned since `delivered`, so it holds every changeset; the fallback
-                // only guards against a trimmed log, and never skips a commit silently.
-                changesets =
-                    database.changesets(after: delivered, through: commit) ?? [
-                        .external(delivered + 1...commit)
-                    ]
-            }
-        }
-        // Foreign writes that could not be sealed yet (a read-only file, or the writer busy)
-        // have no commit number: they are reported as an external changeset under the number
-        // of the snapshot that holds them, and again, numbered, once sealed.
-        // (So is a read replica's snapshot of another history than the cache's, which
-        // `beginReadSnapshot` reads as unsealed: the advance says that anything may have changed,
-        // even when the bookmark moved back.)
-        let sameUnsealed = previousBookmark == commit && previous.bookmarkUnsealed == snapshot.unsealed
-        if previous.deliveredThrough != nil, snapshot.unsealed != 0, !sameUnsealed {
-            changesets.append(.external(commit...commit))
-        }
-        recordSnapshot(commit, bookmark: true, unsealed: snapshot.unsealed, unnumbered: snapshot.unnumbered)
-        record.update { $0.deliveredThrough = commit }
-        return changesets
-    }
-
-    /// Ends the bookmark's SQLite read transaction and begins a new one at the same commit.
-    ///
-    /// A read transaction holds a WAL read mark, and while any reader holds one (other than
-    /// slot 0) SQLite cannot reset the WAL, even when that reader is at the newest commit and
-    /// pins no frame. Begun again while every frame is checkpointed, the transaction reads the
-    /// database file only (slot 0) and lets the WAL be reset. The checkpointer calls this while
-    /// it holds the WAL write lock, having checked that the newest commit in the file is
-    /// `commit` with no unsealed foreign write, so the new transaction sees exactly the
-    /// bookmarked state. If it does not (never expected; debug builds can inject it), the
-    /// bookmark is released and the connection's next read throws `bookmarkLost`.
-    func reseatBookmark(at commit: UInt64) -> BookmarkReseat {
-        guard record.bookmark == commit, let handle = openedHandle else { return .skipped }
-        handle.rollback(
-            after: "the bookmark of connection '\(name)' was released to be taken again",
-            logger: database.logger)
-        do throws(DatabaseError) {
-            if database.faults.shouldFail(.reseat) { throw FaultInjector.error(.reseat) }
-            try handle.statement(.begin).execute()
-            if try handle.readCommitState().isSealed(at: commit) { return .reseated }
-        } catch {}
-        handle.rollback(
-            after: "the bookmark of connection '\(name)' could not be taken again", logger: database.logger)
-        recordSnapshot(nil)
-        record.update { $0.bookmarkLost = true }
-        return .lost
-    }
-
-    func endLongLivedReadTransaction() throws {
-        let hadBookmark = record.update { record in
-            defer {
-                record.deliveredThrough = nil
-                record.bookmarkLost = false
-            }
-            return record.isBookmark
-        }
-        guard hadBookmark else { return }
-        openedHandle?.rollback(
-            after: "the bookmark of connection '\(name)' was ended", logger: database.logger)
-        recordSnapshot(nil)
-    }
-
-    /// Ends the bookmark and closes the handle, for ``Database/close()``.
-    func close() {
-        record.update { record in
-            record.deliveredThrough = nil
-            record.bookmarkLost = false
-        }
-        recordSnapshot(nil)
-        openedHandle = nil
-    }
-
-    // MARK: Value access for transactions
+    // MARK: Value access for transactions (ConnectionCore+Values.swift)
 
     /// The collections being enumerated now, with how many enumerations of each are open.
-    private var enumerations: [String: Int] = [:]
+    var enumerations: [String: Int] = [:]
 
     /// How many ``ReadTransaction/withUnsafeBytes(forKey:inCollection:_:)`` bodies are running
     /// on this connection: each holds a value in SQLite's buffer, which a write could move, so
     /// writes are misuse until they return.
-    private(set) var bytesLent = 0
-
-    /// Runs `body` while bytes are lent (see ``bytesLent``).
-    func lendingBytes(_ body: () throws -> Void) rethrows {
-        bytesLent += 1
-        defer { bytesLent -= 1 }
-        try body()
-    }
-
-    func beginEnumerating(_ collection: String) { enumerations[collection, default: 0] += 1 }
-
-    func endEnumerating(_ collection: String) {
-        let remaining = (enumerations[collection] ?? 1) - 1
-        enumerations[collection] = remaining > 0 ? remaining : nil
-    }
-
-    /// Whether `collection` (any collection for `nil`) is being enumerated.
-    func isEnumerating(_ collection: String?) -> Bool {
-        guard !enumerations.isEmpty else { return false }
-        return collection.map { enumerations[$0] != nil } ?? true
-    }
-
-    func fetchData(_ key: CacheKey) throws(DatabaseError) -> Data? {
-        try handle().statement(.getData).fetchBlob(key.collection, key.key)
-    }
-}
-
-/// The writing connection's part of a commit: its record shows the commit, and its value cache
-/// moves to it, dropping exactly what the commit changed (``ConnectionCore/didCommit(_:operations:)``).
-/// Other connections hear of nothing: they move their caches when they next begin.
-final class WritingConnection: CommitSubscriber {
-    func commitDidHappen(_ event: CommitEvent, in database: Database) {
-        guard case .transaction(let writer, let operations, let changeset) = event.origin else { return }
-        writer.didCommit(changeset, operations: operations)
-    }
+    /// (Changed only by ``lendingBytes(_:)``.)
+    var bytesLent = 0
 }

@@ -1,3 +1,5 @@
+internal import struct Synchronization.Atomic
+
 /// What a transaction's snapshot says of the commit counter.
 struct CommitState: Equatable, Sendable {
     /// The persisted commit counter.
@@ -38,5 +40,79 @@ extension SQLiteHandle {
         return CommitState(
             commit: UInt64(max(0, statement.int64(at: 0))), unsealed: statement.int64(at: 1),
             token: statement.isNull(at: 2) ? nil : UInt64(bitPattern: statement.int64(at: 2)))
+    }
+}
+
+extension Database {
+    /// The commit state of the transaction just begun on `handle`, whose snapshot the
+    /// WAL-index header `header` identifies (`nil` when unknown).
+    ///
+    /// When a transaction of this database already read or made that header's counter, the
+    /// metadata table is not read at all (debug builds check the shortcut against it).
+    /// Otherwise the counter is read, and learnt for `header`.
+    ///
+    /// A counter below a commit this process already published (`published`, loaded before
+    /// the transaction began) means another client put older contents back (the `sqlite3`
+    /// shell's `.restore` of a backup, which fires no trigger): it is treated as an unsealed
+    /// foreign write, so that sealing numbers it after the newest commit published, and its
+    /// external changeset drops caches.
+    func commitState(of handle: SQLiteHandle, header: WALIndexHeader?, published: UInt64)
+        throws(DatabaseError)
+        -> CommitState
+    {
+        // (Not on a read replica, whose reader compares each snapshot's history token.)
+        if let header, replica == nil, let commit = knownCommit(at: header) {
+            #if DEBUG
+                let read = try handle.readCommitState()
+                assert(read.isSealed(at: commit), "wrong commit for a known header")
+            #endif
+            return CommitState(commit: commit, unsealed: 0)
+        }
+        var state = try handle.readCommitState()
+        // On a read replica each connection follows the replica on its own (Litestream's VFS
+        // polls it per connection): a snapshot behind another connection's is not older contents
+        // put back, only a connection that has not caught up yet.
+        if state.unsealed == 0 && state.commit < published && replica == nil { state.unsealed = 1 }
+        state.hasUnnumberedForeignWrites = state.unsealed != 0
+        // At the commit this process published last, another token is another history at the
+        // same counter (a backup with as many commits put back, another database's file
+        // restored over this one): the same, so that its external changeset drops caches and
+        // advances see a change (on a replica, where nothing can be sealed, the reader reads
+        // it unsealed, with its cache dropped).
+        // (Whatever the file's own unsealed count: a restored file may carry foreign writes of
+        // its own, which do not say what changed either.)
+        if state.commit == published, let token = state.token, let known = commitLog.latestToken,
+            known.commit == published, known.token != token
+        {
+            if replica != nil { markForeignHistory(at: state.commit) }
+            state.unsealed = max(state.unsealed, 1)
+            state.isAnotherHistory = true
+            // On a primary, older contents put back from outside: not numbered yet.
+            if replica == nil { state.hasUnnumberedForeignWrites = true }
+        }
+        // On a read replica, a snapshot whose row has another token than the one published
+        // under its number is the primary put back to an older commit (a point-in-time restore)
+        // that went on, or not, with other commits: the log's changesets are perhaps another
+        // history's. They are marked so (no reader moves its cache or reports an advance by
+        // them), and this snapshot is read unsealed, with its cache dropped, and reported as
+        // external even when the bookmark moved back to it. (Whatever `published`, loaded before
+        // the transaction began: the log's tokens are read now.)
+        if replica != nil, let token = state.token, let known = commitLog.token(of: state.commit),
+            known != token
+        {
+            markForeignHistory(at: state.commit)
+            state.unsealed = max(state.unsealed, 1)
+            state.isAnotherHistory = true
+        }
+        if state.unsealed == 0, let header {
+            learnCommit(state.commit, at: header)
+            // (A replica's frames are its VFS's, not a WAL this process checkpoints.)
+            if replica == nil {
+                checkpointer.didSeeCommit(state.commit, frames: header.commitFrames) {
+                    commitLog.publishedCommit.load(ordering: .sequentiallyConsistent)
+                }
+            }
+        }
+        return state
     }
 }

@@ -128,10 +128,8 @@ final class WriterTurns: Sendable {
     }
 
     private let state = Mutex(State())
-    /// The header's change counter after this process's last commit, ``noCommitYet`` before the
-    /// first. Outside `state`, so that a commit records it without a lock: it is only written
-    /// and read by writers that hold the database's ``WriterLock`` (a read-write transaction, a
-    /// consumer's acknowledgement, a history purge), which orders them.
+    /// The header's change counter after this process's last commit (``noCommitYet`` before it):
+    /// outside `state`, as only holders of the database's ``WriterLock`` read or write it.
     private let lastOwnChange = Atomic<UInt64>(noCommitYet)
     private static let noCommitYet = UInt64.max
     /// `State.isCarried`, readable without the lock (stored with it), so that a writer whose
