@@ -152,11 +152,16 @@ final class Checkpointer: Sendable {
         "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = '_litestream_seq'"
 
     /// The one log line that says the WAL is left to Litestream.
+    ///
+    /// What SnapshotDB sees is Litestream's tables, not Litestream: a copy restored from a
+    /// replica carries them too, with nothing replicating it. The line says what is known, and
+    /// how to take the WAL back.
     func announceLitestream() {
         logger.notice(
             """
-            Litestream replicates this file (its _litestream_seq table is here): the WAL is left to it; \
-            SnapshotDB runs PASSIVE checkpoints only and never resets the WAL
+            \(path) carries Litestream's tables (_litestream_seq is here): the WAL is left to Litestream; \
+            SnapshotDB runs PASSIVE checkpoints only and never resets the WAL. If nothing replicates the file \
+            (a restored copy), drop _litestream_seq and _litestream_lock to let SnapshotDB reset it
             """, metadata: ["replicator": "litestream"])
     }
 
