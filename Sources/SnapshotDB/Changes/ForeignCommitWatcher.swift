@@ -144,8 +144,9 @@ final class ForeignCommitWatcher: Sendable {
     }
 
     private func watch(stopFD: Int32, database: WeakDatabase) {
-        let isReplica = database.database?.replica != nil
-        var watched: String? = isReplica ? nil : path + "-wal"
+        let role = database.database?.role
+        // (A replica's pages are its VFS's: no `-wal` of this process's to be notified of.)
+        var watched: String? = role?.hasWAL == false ? nil : path + "-wal"
         #if DEBUG
             beforeWatching.withLock { $0 }?()
             if withoutNotifications.load(ordering: .relaxed) { watched = nil }
@@ -167,7 +168,8 @@ final class ForeignCommitWatcher: Sendable {
         // On a replica, the newest commit published: a first look below it is the primary put
         // back before the watcher started (a new handle is at least as new as anything read).
         var lastCommit: UInt64? =
-            isReplica ? database.database?.commitLog.publishedCommit.load(ordering: .acquiring) : nil
+            role?.comparesHistoryTokens == true
+            ? database.database?.commitLog.publishedCommit.load(ordering: .acquiring) : nil
         // The first look is at once: commits made before the watch was added raised no event.
         var settle = 1
         while true {
@@ -194,7 +196,7 @@ final class ForeignCommitWatcher: Sendable {
             guard let database = database.database, !database.isClosed else { return }
             if !watcher.isWatching { watcher.retry() }
             checks.add(1, ordering: .relaxed)
-            if isReplica, handle != nil {
+            if role?.handlesMayStopFollowing == true, handle != nil {
                 let now = ContinuousClock.now
                 let stalled = following.isStalled(
                     marks: database.commitLog.foreignHistoryMarks, snapshot: lastCommit,

@@ -115,9 +115,10 @@ extension ReadTransaction {
             // A newer snapshot may hold it (this one is a bookmark, or another process committed
             // since this transaction began); the file does not.
             let newest = core.database.newestCommitInFile(atLeast: commit)
-            // A replica trails its primary: a commit it has not reached may be one it has not
-            // replicated yet. Whether it belongs to this history is known once it has.
-            if commit > newest, core.database.replica != nil {
+            // A database that does not write its file (a replica) trails the one that does: a
+            // commit it has not reached may be one it has not replicated yet. Whether it belongs
+            // to this history is known once it has.
+            if commit > newest, !core.database.role.writesTheFile {
                 throw DatabaseError(
                     .historyUnavailable,
                     "commit \(commit) is after the newest commit the replica \(path) holds (\(newest)): it may "
@@ -175,7 +176,7 @@ extension Database {
         let published = latestCommit
         guard commit > published else { return published }
         do throws(DatabaseError) {
-            let handle = try SQLiteHandle(path: replica?.name ?? path, readOnly: true, vfs: replica?.vfs)
+            let handle = try SQLiteHandle(path: fileName, readOnly: true, vfs: vfsName)
             let state = try handle.readCommitState()
             return max(published, state.commit)
         } catch {
@@ -183,7 +184,7 @@ extension Database {
             // another history's (`historyMismatch`): warn. On a replica it says "not replicated
             // yet", which is true while its VFS catches up: debug.
             logger.log(
-                level: replica == nil ? .warning : .debug,
+                level: role.writesTheFile ? .warning : .debug,
                 "could not read the newest commit of the file (\(error)): commit \(commit) is taken to be after it (this process published \(published))",
                 metadata: ["position_commit": "\(commit)"])
             return published

@@ -54,7 +54,7 @@ final class ConnectionCore: @unchecked Sendable {
         if let openedHandle, !openedHandle.isBroken { return openedHandle }
         openedHandle = nil
         try database.checkOpen()
-        if database.replica != nil {
+        if database.role.handlesMayStopFollowing {
             replicaFollowing = ReplicaHandleFollowing(
                 marksAtOpen: database.commitLog.foreignHistoryMarks.count)
         }
@@ -67,7 +67,7 @@ final class ConnectionCore: @unchecked Sendable {
     /// On a read replica, whether the handle may no longer follow the replica (see
     /// ``ReplicaHandleFollowing``), before a snapshot or with the commit of the one it took.
     func replicaHandleStalled(snapshot: UInt64? = nil) -> Bool {
-        guard database.replica != nil, openedHandle != nil else { return false }
+        guard database.role.handlesMayStopFollowing, openedHandle != nil else { return false }
         return replicaFollowing.isStalled(
             marks: database.commitLog.foreignHistoryMarks, snapshot: snapshot,
             latest: database.commitLog.latestCommit, now: .now)
@@ -212,7 +212,7 @@ final class ConnectionCore: @unchecked Sendable {
                 let header = before.flatMap { handle.walIndexHeader() == $0 ? $0 : nil }
                 var read = try database.commitState(of: handle, header: header, published: published)
                 unnumbered = read.hasUnnumberedForeignWrites
-                if database.replica != nil,
+                if database.role.comparesHistoryTokens,
                     Self.isAnotherHistory(read, cachedAt: cache.commit, token: cache.token)
                 {
                     database.markForeignHistory(at: read.commit)
@@ -221,7 +221,7 @@ final class ConnectionCore: @unchecked Sendable {
                 state = read
                 // Commits of other processes: published with their history, read in this snapshot.
                 database.publishCommits(through: state.commit, reading: handle)
-                if freshHandle, database.replica != nil {
+                if freshHandle, database.role.handlesMayStopFollowing {
                     replicaFollowing = ReplicaHandleFollowing(
                         marksAtOpen: database.commitLog.foreignHistoryMarks.count)
                 }
@@ -250,7 +250,7 @@ final class ConnectionCore: @unchecked Sendable {
                     changesets: changesets)
             }
             // (A read replica cannot seal: the writes are its primary's to number.)
-            if !triedSealing, database.replica == nil {
+            if !triedSealing, database.role.writesTheFile {
                 triedSealing = true
                 handle.rollback(
                     after: "a read transaction on connection '\(name)' found unsealed foreign writes",

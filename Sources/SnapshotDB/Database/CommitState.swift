@@ -60,8 +60,8 @@ extension Database {
         throws(DatabaseError)
         -> CommitState
     {
-        // (Not on a read replica, whose reader compares each snapshot's history token.)
-        if let header, replica == nil, let commit = knownCommit(at: header) {
+        // (Not where snapshots are told apart by their history tokens: a read replica's.)
+        if let header, !role.comparesHistoryTokens, let commit = knownCommit(at: header) {
             #if DEBUG
                 let read = try handle.readCommitState()
                 assert(read.isSealed(at: commit), "wrong commit for a known header")
@@ -69,50 +69,25 @@ extension Database {
             return CommitState(commit: commit, unsealed: 0)
         }
         var state = try handle.readCommitState()
-        // On a read replica each connection follows the replica on its own (Litestream's VFS
-        // polls it per connection): a snapshot behind another connection's is not older contents
-        // put back, only a connection that has not caught up yet.
-        if state.unsealed == 0 && state.commit < published && replica == nil { state.unsealed = 1 }
-        state.hasUnnumberedForeignWrites = state.unsealed != 0
-        // At the commit this process published last, another token is another history at the
-        // same counter (a backup with as many commits put back, another database's file
-        // restored over this one): the same, so that its external changeset drops caches and
-        // advances see a change (on a replica, where nothing can be sealed, the reader reads
-        // it unsealed, with its cache dropped).
-        // (Whatever the file's own unsealed count: a restored file may carry foreign writes of
-        // its own, which do not say what changed either.)
-        if state.commit == published, let token = state.token, let known = commitLog.latestToken,
-            known.commit == published, known.token != token
-        {
-            if replica != nil { markForeignHistory(at: state.commit) }
-            state.unsealed = max(state.unsealed, 1)
-            state.isAnotherHistory = true
-            // On a primary, older contents put back from outside: not numbered yet.
-            if replica == nil { state.hasUnnumberedForeignWrites = true }
-        }
-        // On a read replica, a snapshot whose row has another token than the one published
-        // under its number is the primary put back to an older commit (a point-in-time restore)
-        // that went on, or not, with other commits: the log's changesets are perhaps another
-        // history's. They are marked so (no reader moves its cache or reports an advance by
-        // them), and this snapshot is read unsealed, with its cache dropped, and reported as
-        // external even when the bookmark moved back to it. (Whatever `published`, loaded before
-        // the transaction began: the log's tokens are read now.)
-        if replica != nil, let token = state.token, let known = commitLog.token(of: state.commit),
-            known != token
-        {
-            markForeignHistory(at: state.commit)
-            state.unsealed = max(state.unsealed, 1)
-            state.isAnotherHistory = true
-        }
+        role.judge(&state, published: published, in: self)
         if state.unsealed == 0, let header {
             learnCommit(state.commit, at: header)
-            // (A replica's frames are its VFS's, not a WAL this process checkpoints.)
-            if replica == nil {
-                checkpointer.didSeeCommit(state.commit, frames: header.commitFrames) {
-                    commitLog.publishedCommit.load(ordering: .sequentiallyConsistent)
-                }
-            }
+            role.sawSnapshot(state, header: header, in: self)
         }
         return state
+    }
+}
+
+extension Database {
+    /// Whether the snapshot whose commit state is `state` holds another history than the one
+    /// this process published up to `published`: at that same counter, its history row has
+    /// another token (a backup with as many commits put back, another database's file restored
+    /// over this one). Whatever the file's own unsealed count: a restored file may carry foreign
+    /// writes of its own, which do not say what changed either.
+    func holdsAnotherHistory(_ state: CommitState, published: UInt64) -> Bool {
+        guard state.commit == published, let token = state.token, let known = commitLog.latestToken,
+            known.commit == published
+        else { return false }
+        return known.token != token
     }
 }

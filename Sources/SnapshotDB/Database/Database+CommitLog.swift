@@ -54,12 +54,12 @@ extension Database {
         // last, unless retention starts it later), which the log compares, under its lock, with
         // the tokens it published under those numbers: another token is its primary put back to
         // an older commit that went on past it (``CommitLog/markForeignHistory()``).
-        if let handle, replica != nil || !isAnotherHistory(handle, published: published) {
+        if let handle, role.publishesHistory(of: handle, published: published, in: self) {
             // A damaged row (written by a foreign client) is published as external: a reader
             // must never stop at it. `ReadTransaction.changes(after:)` reports it as `corrupt`.
             let retained = commit - min(commit, UInt64(configuration.commitLogRetention))
             var from = max(published, min(retained, commitLogPins.oldest ?? retained))
-            if replica != nil, from > 0 { from -= 1 }
+            if role.comparesHistoryTokens, from > 0 { from -= 1 }
             do {
                 loaded = try History.entries(after: from, through: commit, on: handle, path: path)
             } catch {
@@ -104,21 +104,9 @@ extension Database {
         for continuation in commitLog.markForeignHistory(at: commit) { continuation.finish() }
     }
 
-    /// A read replica's watcher saw its file at `commit`, after `previous` (its last look): a
-    /// lower commit is the primary put back (a handle follows the replica forward only); a
-    /// higher one under numbers the marked log published already is the put-back primary going
-    /// on. Either wakes the subscribers (see ``CommitLog/markForeignHistory(at:)``).
-    func replicaWatcherSaw(_ commit: UInt64, after previous: UInt64?) {
-        guard replica != nil, let previous, commit != previous else { return }
-        if commit < previous { markForeignHistory(at: commit) }
-        // Also after a mark that was not new (a connection marked first, at another commit):
-        // this commit's wake is due all the same.
-        for continuation in commitLog.streamsForReusedNumber(commit) { continuation.finish() }
-    }
-
     /// Whether the snapshot on `handle` holds another history than the one this process
     /// published up to `published`: the row of that commit has another token, or none.
-    private func isAnotherHistory(_ handle: SQLiteHandle, published: UInt64) -> Bool {
+    func isAnotherHistory(_ handle: SQLiteHandle, published: UInt64) -> Bool {
         guard let known = commitLog.latestToken, known.commit == published else { return false }
         do {
             return try History.token(of: published, on: handle) != known.token

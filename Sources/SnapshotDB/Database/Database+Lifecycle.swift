@@ -79,11 +79,11 @@ extension Database {
         // that waits for readers holds SQLite's write lock while it waits.
         let ownProcess = getpid()
         let foreignReaders =
-            replica != nil
-            ? []
-            : (ReadMarkProbe.holders(databasePath: path) ?? []).filter {
+            role.hasWAL
+            ? (ReadMarkProbe.holders(databasePath: path) ?? []).filter {
                 $0.slot > 0 && $0.processID != ownProcess
             }
+            : []
         if checkpointing.replicator == nil, let reader = foreignReaders.first {
             // What processes sharing a file do: debug (the default logger prints info).
             checkpointer.logger.debug(
@@ -93,7 +93,7 @@ extension Database {
         let mode: CheckpointMode =
             checkpointing.replicator == nil && foreignReaders.isEmpty ? .truncate : .passive
         // A read replica has no WAL of its own to checkpoint.
-        if replica == nil {
+        if role.hasWAL {
             do {
                 _ = try checkpointer.runExplicitly(mode, database: self, patience: Checkpointer.resetWait)
             } catch {
@@ -163,10 +163,10 @@ extension Database {
         do throws(DatabaseError) {
             try enterOperation()
             defer { operations.leave() }
-            let source = try SQLiteHandle(path: replica?.name ?? path, readOnly: true, vfs: replica?.vfs)
+            let source = try SQLiteHandle(path: fileName, readOnly: true, vfs: vfsName)
             let statement = try SQLiteStatement(handle: source, sql: "VACUUM INTO ?1", persistent: false)
             // A replica's VFS would write the copy too: a URI names the local file and VFS.
-            try statement.bind(replica == nil ? temporary : Replica.localFileURI(temporary), at: 1)
+            try statement.bind(localFileURI(temporary), at: 1)
             _ = try statement.step()
             statement.reset()
             let copy = try SQLiteHandle(path: temporary, readOnly: true)

@@ -112,6 +112,30 @@ extension Database {
     /// Whether this database is a read replica (``init(replica:vfs:configuration:)``).
     public var isReplica: Bool { replica != nil }
 
+    /// The name SQLite opens this database's file by: its path, or a replica's name.
+    var fileName: String { replica?.name ?? path }
+
+    /// The VFS that serves this database's file: SnapshotDB's own, or a replica's.
+    var vfsName: String? { replica?.vfs }
+
+    /// A URI that opens the local file at `path` whatever the VFS of this database's handles (a
+    /// replica's VFS would otherwise serve a `VACUUM INTO` copy too).
+    func localFileURI(_ path: String) -> String {
+        replica == nil ? path : Replica.localFileURI(path)
+    }
+
+    /// A read replica's watcher saw its file at `commit`, after `previous` (its last look): a
+    /// lower commit is the primary put back (a handle follows the replica forward only); a
+    /// higher one under numbers the marked log published already is the put-back primary going
+    /// on. Either wakes the subscribers (see ``CommitLog/markForeignHistory(at:)``).
+    func replicaWatcherSaw(_ commit: UInt64, after previous: UInt64?) {
+        guard replica != nil, let previous, commit != previous else { return }
+        if commit < previous { markForeignHistory(at: commit) }
+        // Also after a mark that was not new (a connection marked first, at another commit):
+        // this commit's wake is due all the same.
+        for continuation in commitLog.streamsForReusedNumber(commit) { continuation.finish() }
+    }
+
     /// Checks and reads a replica: the schema must be this library's current one, intact; no
     /// migration and no WAL switch (both would write).
     private static func openReplica(
@@ -269,4 +293,49 @@ public enum LitestreamVFS {
             return ProcessInfo.processInfo.environment
         #endif
     }
+}
+
+/// A read replica (``Database/init(replica:vfs:configuration:)``): it follows another process's
+/// primary through a VFS, writes nothing, and tells its snapshots apart by their history tokens,
+/// since its primary may be put back to an older commit.
+struct ReplicaRole: DatabaseRole {
+    let replica: Replica
+
+    var hasWAL: Bool { false }
+    var writesTheFile: Bool { false }
+    var comparesHistoryTokens: Bool { true }
+    var handlesMayStopFollowing: Bool { true }
+    var watcherPollInterval: Int32 { ForeignCommitWatcher.replicaPollInterval }
+
+    func judge(_ state: inout CommitState, published: UInt64, in database: Database) {
+        // Each connection follows the replica on its own (Litestream's VFS polls it per
+        // connection): a snapshot behind another connection's is not older contents put back,
+        // only a connection that has not caught up yet. Nothing can be sealed here: another
+        // history is read unsealed, with the cache dropped.
+        state.hasUnnumberedForeignWrites = state.unsealed != 0
+        if database.holdsAnotherHistory(state, published: published) {
+            database.markForeignHistory(at: state.commit)
+            state.unsealed = max(state.unsealed, 1)
+            state.isAnotherHistory = true
+        }
+        // A snapshot whose row has another token than the one published under its number is the
+        // primary put back to an older commit (a point-in-time restore) that went on, or not,
+        // with other commits: the log's changesets are perhaps another history's. They are
+        // marked so (no reader moves its cache or reports an advance by them), and this snapshot
+        // is read unsealed, with its cache dropped, and reported as external even when the
+        // bookmark moved back to it. (Whatever `published`, loaded before the transaction began:
+        // the log's tokens are read now.)
+        if let token = state.token, let known = database.commitLog.token(of: state.commit), known != token {
+            database.markForeignHistory(at: state.commit)
+            state.unsealed = max(state.unsealed, 1)
+            state.isAnotherHistory = true
+        }
+    }
+
+    /// A replica reads its history rows whatever they are: the log compares their tokens, under
+    /// its lock, with those it published (``CommitLog/publish(through:loaded:)``).
+    func publishesHistory(of handle: SQLiteHandle, published: UInt64, in database: Database) -> Bool { true }
+
+    /// A replica's WAL frames are its VFS's, not a WAL this process checkpoints.
+    func sawSnapshot(_ state: CommitState, header: WALIndexHeader, in database: Database) {}
 }

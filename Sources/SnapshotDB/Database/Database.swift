@@ -46,6 +46,9 @@ public final class Database: Sendable {
     /// The VFS and name of a read replica (``init(replica:vfs:configuration:)``), or `nil` for a
     /// file this process writes.
     let replica: Replica?
+    /// What this database is to its file, given at open: the code that differs by role asks it
+    /// (see ``DatabaseRole``).
+    let role: any DatabaseRole
 
     /// The single writer: every commit of this process is made there (see ``Writer``).
     let writer = Writer()
@@ -227,24 +230,24 @@ public final class Database: Sendable {
     init(path: String, replica: Replica?, opened: OpenedFile, configuration: Configuration) {
         self.path = path
         self.replica = replica
+        self.role = replica.map { ReplicaRole(replica: $0) } ?? PrimaryRole()
         self.configuration = configuration
         self.identity = opened.identity
         self.foreignCommitWatcher = ForeignCommitWatcher(
             path: path,
-            pollInterval: replica == nil
-                ? ForeignCommitWatcher.pollInterval : ForeignCommitWatcher.replicaPollInterval)
+            pollInterval: role.watcherPollInterval)
         self.state = Mutex(DatabaseState())
         self.commitLog = CommitLog(
             latestCommit: opened.latest, latestToken: opened.latestToken,
             retention: configuration.commitLogRetention,
             retentionBytes: configuration.commitLogRetentionBytes,
-            keepingTokens: replica != nil)
+            keepingTokens: role.comparesHistoryTokens)
         self.writerTurns = WriterTurns(
-            walPath: path + "-wal", enabled: configuration.writerTurns && replica == nil)
+            walPath: path + "-wal", enabled: configuration.writerTurns && role.hasWAL)
         writer.lock.setIdleHandler { [writerTurns] in writerTurns.releaseCarried() }
         self.checkpointer = Checkpointer(
             path: path, configuration: configuration, pageSize: opened.pageSize, handle: opened.setup,
-            replicator: opened.checkpointing.replicator, hasWAL: replica == nil)
+            replicator: opened.checkpointing.replicator, hasWAL: role.hasWAL)
         self.commitDispatcher = CommitDispatcher(
             knownSnapshot: knownSnapshot, writerTurns: writerTurns, extensionCaches: extensionCaches,
             checkpointer: checkpointer, historyPurger: commitLog.purger)

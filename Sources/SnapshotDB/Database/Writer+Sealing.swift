@@ -211,7 +211,7 @@ extension Writer {
     ///
     /// A reader never waits for a writer here: at worst it makes one commit (one `fsync`).
     func sealWithoutWaiting(on handle: SQLiteHandle, database: Database) -> Bool {
-        guard database.replica == nil else { return false }
+        guard database.role.writesTheFile else { return false }
         guard lock.tryLock() else {
             requestSeal(database)
             return false
@@ -235,7 +235,7 @@ extension Writer {
     /// seal turns out impossible (a read-only file), or the database is released.
     func requestSeal(_ database: Database, attempt: Int = 0) {
         // A read replica cannot seal: its writes are the primary's to make.
-        guard database.replica == nil else { return }
+        guard database.role.writesTheFile else { return }
         guard
             attempt > 0
                 || sealQueued.compareExchange(

@@ -135,7 +135,7 @@ extension Database {
             ordered.append(remaining.remove(at: next))
         }
         let connection = newConnection(name: "snapshotdb.extensions")
-        if isReplica {
+        if !role.writesTheFile {
             for definition in ordered { try adoptOnReplica(definition, connection: connection) }
             return
         }

@@ -352,7 +352,7 @@ struct ViewLayout: Sendable {
         // older commit went on under the same numbers): a layout is used only for the history
         // token it was loaded at.
         let database = transaction.core.database
-        let token = database.replica != nil ? transaction.core.snapshotToken : nil
+        let token = database.role.comparesHistoryTokens ? transaction.core.snapshotToken : nil
         if let kept = handleCache.viewLayouts[name], kept.commit == commit, kept.layout.token == token {
             return kept.layout.layout
         }
