@@ -45,6 +45,14 @@ replicaLines=$(code '\breplica\s*(==|!=)\s*nil|\.replica\b' "$lib")
 for file in "${replicaFiles[@]}"; do replicaLines=$(printf '%s\n' "$replicaLines" | grep -v "^$file:"); done
 report "no replica check outside the replica's files (and the listed exceptions)" "$replicaLines"
 
+# 4b. Who keeps the WAL (SnapshotDB, or a replicator such as Litestream) is a mode with its own
+#     decisions (`Configuration.Checkpointing`): other code asks them, never whether a replicator
+#     is there.
+replicatorLines=$(code '\breplicator\s*(==|!=)\s*nil' "$lib" \
+  | grep -v "^$lib/Checkpoint/Checkpointing+Decisions.swift:" \
+  | grep -v "^$lib/Checkpoint/Checkpointer.swift:.*hasReplicator = Atomic(replicator != nil)")
+report "no replicator check outside Checkpointing+Decisions.swift" "$replicatorLines"
+
 # 5. Files by concern: none of the library's is over 500 lines. Exceptions, each to be split:
 longFiles=()
 maxLines=500

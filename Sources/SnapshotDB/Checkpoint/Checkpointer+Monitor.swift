@@ -82,7 +82,7 @@ extension Checkpointer {
         let explained = !culprits.isEmpty || !unexpectedReaders.isEmpty
         let warningBytes = configuration.walWarningBytes
         let interval = configuration.warningInterval
-        let replicated = replicator != nil
+        let reportsUnexplainedStalls = checkpointing.reportsUnexplainedStalls
         let verdict = state.withLock { state -> Verdict in
             var verdict = Verdict()
             // A stall matters only when it holds back at least a checkpoint's worth of frames:
@@ -95,7 +95,8 @@ extension Checkpointer {
             // Twice stalled with no one to name is a stranger this process cannot see, unless a
             // replicator holds the WAL: its reader is what stops every pass then, by design.
             let persistent =
-                stalled && significant && (explained || (state.monitor.wasStalled && !replicated))
+                stalled && significant
+                && (explained || (state.monitor.wasStalled && reportsUnexplainedStalls))
             if result != nil { state.monitor.wasStalled = stalled }
             if persistent && !state.monitor.announcedStall {
                 state.monitor.announcedStall = true
@@ -188,7 +189,7 @@ extension Checkpointer {
             .map {
                 ExternalReader(
                     processID: $0.processID, processName: $0.processName, readMarkSlot: $0.slot,
-                    isReplicator: replicator != nil && $0.processName == replicator)
+                    isReplicator: checkpointing.isReplicator(processName: $0.processName))
             }
     }
 

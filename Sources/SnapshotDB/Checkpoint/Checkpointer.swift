@@ -90,6 +90,11 @@ final class Checkpointer: Sendable {
     }
     /// Whether ``replicator`` is set (it is only ever set, never cleared).
     private let hasReplicator: Atomic<Bool>
+    /// Who keeps the WAL, as in force: the mode whose decisions the code that differs by it asks
+    /// (``Configuration/Checkpointing/resetsWAL`` and the others).
+    var checkpointing: Configuration.Checkpointing {
+        replicator.map { .external(replicator: $0) } ?? .automatic
+    }
     let path: String
     /// Whether the database has a `-wal` of its own beside `path` (not a read replica, whose
     /// `path` names no file).
@@ -126,7 +131,7 @@ final class Checkpointer: Sendable {
     /// choose; returns whether the WAL is left to a replicator. Runs on the queue, before a
     /// reset: a Litestream started after the open is recognized before anything resets the WAL.
     func leavesWALToReplicator() -> Bool {
-        if replicator != nil { return true }
+        if !checkpointing.resetsWAL { return true }
         guard configuration.checkpointing == .automatic else { return false }
         let found = checkpointHandle.use(on: queue) { handle -> Bool in
             do {

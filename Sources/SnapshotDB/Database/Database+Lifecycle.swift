@@ -84,14 +84,13 @@ extension Database {
                 $0.slot > 0 && $0.processID != ownProcess
             }
             : []
-        if checkpointing.replicator == nil, let reader = foreignReaders.first {
+        if checkpointing.resetsWAL, let reader = foreignReaders.first {
             // What processes sharing a file do: debug (the default logger prints info).
             checkpointer.logger.debug(
                 "closing while process \(reader.processID) reads the WAL: checkpointed (PASSIVE) and left to it",
                 metadata: ["reader_pid": "\(reader.processID)"])
         }
-        let mode: CheckpointMode =
-            checkpointing.replicator == nil && foreignReaders.isEmpty ? .truncate : .passive
+        let mode = checkpointing.closingCheckpoint(withForeignReaders: !foreignReaders.isEmpty)
         // A read replica has no WAL of its own to checkpoint.
         if role.hasWAL {
             do {

@@ -184,7 +184,7 @@ extension Database {
             synchronous: configuration.synchronous, journalSizeLimit: configuration.journalSizeLimit)
         // SQLite's last connection checkpoints and deletes the WAL as it closes: never behind an
         // external replicator's back.
-        if checkpointing.replicator != nil { handle.setCheckpointsOnClose(false) }
+        if !checkpointing.checkpointsOnClose { handle.setCheckpointsOnClose(false) }
         return handle
     }
 

@@ -35,7 +35,7 @@ public final class Database: Sendable {
     /// `_litestream_seq` table, at open or, for a Litestream started later, before the first
     /// WAL reset) when the configuration says `.automatic`.
     public var checkpointing: Configuration.Checkpointing {
-        checkpointer.replicator.map { .external(replicator: $0) } ?? .automatic
+        checkpointer.checkpointing
     }
     /// The file's identity: a random number drawn when the file was created (or upgraded to
     /// durable history), kept by every copy of it. A ``HistoryPosition`` carries it, so that a
@@ -216,7 +216,7 @@ public final class Database: Sendable {
         }
         let pageSize = try setup.pageSize()
         if walHasFrames { setup.setCheckpointsOnClose(true) }
-        if checkpointing.replicator != nil { setup.setCheckpointsOnClose(false) }
+        if !checkpointing.checkpointsOnClose { setup.setCheckpointsOnClose(false) }
         return OpenedFile(
             setup: setup, latest: latest, latestToken: latestToken,
             identity: identity ?? 0,

@@ -65,12 +65,11 @@ final class Writer: Sendable {
         let turns = database.writerTurns
         let busyTimeout = database.configuration.busyTimeout
         let waitStarted = ContinuousClock.now
-        // None while a replicator holds the WAL: Litestream takes SQLite's write lock for its
-        // own checkpoints through the busy handler, and turns leave it fewer moments to.
+        // (None while a replicator keeps the WAL: see ``Configuration/Checkpointing/writersTakeTurns``.)
         let turn: WriterTurns.Outcome =
             turns.takeCarried()
             ? .held
-            : database.checkpointer.replicator != nil
+            : !database.checkpointer.checkpointing.writersTakeTurns
                 ? .unavailable
                 : turns.acquireIfOthersWrite(
                     headerChange: handle.walIndexHeader()?.change, within: busyTimeout)
