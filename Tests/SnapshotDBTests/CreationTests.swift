@@ -13,6 +13,28 @@ import Testing
 struct CreationTests {
     static let childKey = "SNAPSHOTDB_CREATION_CHILD_DB"
 
+    /// With `createIfMissing = false` a mistyped path (or a restore that was not written) is
+    /// `cannotOpen` naming it, and nothing appears in the directory; an existing database opens.
+    @Test func anOpenThatMustNotCreateRefusesAMissingFileAndCreatesNothing() throws {
+        try withTemporaryDirectory { directory throws in
+            var configuration = Configuration()
+            configuration.createIfMissing = false
+            let path = directory.appendingPathComponent("restored.sqlite").path
+            let error = expectError(.cannotOpen) { try Database(path: path, configuration: configuration) }
+            #expect(error?.message.contains("no database at") == true, "\(String(describing: error))")
+            #expect(error?.message.contains("restored.sqlite") == true)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == [])
+            // The default creates it; then the same configuration opens it.
+            try Database(path: path).newConnection().readWrite {
+                try $0.set(Item(title: "a"), forKey: "a", inCollection: "c")
+            }
+            let db = try Database(path: path, configuration: configuration)
+            #expect(
+                try db.newConnection().read { try $0.value(forKey: "a", inCollection: "c", as: Item.self) }?
+                    .title == "a")
+        }
+    }
+
     /// The schema needs about 24 KiB; under an 8 KiB file size limit its writes fail as on a full
     /// disk. Before, the user's name was then left holding a half-made file.
     @Test func aCreationThatFailsLeavesNoFileBehind() throws {

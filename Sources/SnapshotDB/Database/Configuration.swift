@@ -27,6 +27,13 @@ public struct Configuration: Sendable {
     /// When SQLite syncs the WAL; `.full` by default.
     public var synchronous: Synchronous = .full
 
+    /// Whether opening a path where no file is creates a new database there (`true` by default,
+    /// as SQLite's `SQLITE_OPEN_CREATE`). With `false`, ``Database/init(path:configuration:)``
+    /// throws `cannotOpen` naming the path and creates nothing (no file, no `-wal`, no `-shm`):
+    /// a mistyped path, or a restore that was not written, is an error instead of a new, empty
+    /// database. (An existing empty file is still made a database.)
+    public var createIfMissing = true
+
     /// The permission bits of a newly created database file (`-wal` and `-shm` inherit them);
     /// owner read/write only (`0o600`) by default. An existing file keeps its mode.
     public var fileMode: UInt16 = 0o600

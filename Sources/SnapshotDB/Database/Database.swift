@@ -179,6 +179,12 @@ public final class Database: Sendable {
     {
         var fileState = try Schema.inspectFile(at: resolved, logger: configuration.checkpointLogger)
         if case .missing = fileState {
+            guard configuration.createIfMissing else {
+                throw DatabaseError(
+                    .cannotOpen,
+                    "no database at \(resolved): the file does not exist, and Configuration.createIfMissing is "
+                        + "false (nothing was created)")
+            }
             let created = try Schema.createDatabase(
                 at: resolved, mode: configuration.fileMode, logger: configuration.checkpointLogger)
             // Created by someone else meanwhile: checked like any existing file.
