@@ -103,6 +103,31 @@ struct ConsumerTests {
 
     /// An acknowledgement alone commits (the position survives) but is not a commit of the
     /// database; acknowledging the unseen or going back is misuse.
+    /// A process that resumes a consumer asks for an existing one: a misspelled name is an
+    /// error naming the consumers the file has, not a new consumer that skips the backlog.
+    @Test func anExistingConsumerIsFoundByItsNameAndAMisspelledOneIsAnError() throws {
+        try withTemporaryDatabase { db throws in
+            let none = expectError(.unknownConsumer) { try db.existingConsumer(named: "indexer") }
+            #expect(none?.message.contains("it has: none") == true, "\(String(describing: none))")
+            let writer = db.newConnection(name: "writer")
+            try writer.readWrite { try $0.set(1, forKey: "a", inCollection: "c") }
+            _ = try db.consumer(named: "indexer")
+            _ = try db.consumer(named: "mailer")
+            try writer.readWrite { try $0.set(2, forKey: "b", inCollection: "c") }
+            #expect(try db.consumerNames() == ["indexer", "mailer"])
+            let before = db.latestCommit
+            let typo = expectError(.unknownConsumer) { try db.existingConsumer(named: "indexr") }
+            #expect(typo?.message.contains("'indexer', 'mailer'") == true, "\(String(describing: typo))")
+            // Nothing was registered by the failed lookup, and nothing committed.
+            #expect(try db.consumerNames() == ["indexer", "mailer"])
+            #expect(db.latestCommit == before)
+            // The one found resumes where the file has it: its backlog is the commit after it.
+            let indexer = try db.existingConsumer(named: "indexer")
+            let pending = try writer.read { try indexer.pending(in: $0) }
+            #expect(pending.map(\.commit) == [before])
+        }
+    }
+
     @Test func anAcknowledgementAloneIsDurableButIsNoCommit() throws {
         try withTemporaryDatabase { db throws in
             let consumer = try db.consumer(named: "uploader")

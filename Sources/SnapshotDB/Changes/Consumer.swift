@@ -340,6 +340,42 @@ extension Database {
         return Consumer(name: name, database: self)
     }
 
+    /// The named consumer, which the file must have already: for a process that resumes a
+    /// consumer, where ``consumer(named:)`` would register a misspelled name at the newest commit
+    /// and silently skip the backlog. Writes nothing.
+    ///
+    /// ```swift
+    /// let indexer = try db.existingConsumer(named: "search-indexer")   // throws on a typo
+    /// ```
+    ///
+    /// - Throws: `unknownConsumer` naming the consumers the file has; what a read throws
+    ///   (`databaseClosed`, `corrupt`).
+    public func existingConsumer(named name: String) throws -> Consumer {
+        let names = try consumerNames()
+        guard names.contains(name) else {
+            let known = names.isEmpty ? "none" : names.map { "'\($0)'" }.joined(separator: ", ")
+            throw DatabaseError(
+                .unknownConsumer,
+                "the file has no consumer named '\(name)' (it has: \(known)); consumer(named:) registers a "
+                    + "new one at the newest commit")
+        }
+        return Consumer(name: name, database: self)
+    }
+
+    /// The names of the consumers the file has, sorted, as the newest commit holds them.
+    ///
+    /// - Throws: what a read throws (`databaseClosed`, `corrupt`).
+    public func consumerNames() throws -> [String] {
+        try newConnection(name: "consumers").read { txn in
+            let list = try txn.core.handle().cachedStatement(
+                "SELECT name FROM snapshotdb_consumers ORDER BY name")
+            defer { list.reset() }
+            var names: [String] = []
+            while try list.step() { names.append(list.string(at: 0)) }
+            return names
+        }
+    }
+
     /// Removes the named consumer from the file (a write that is not a commit), for one that
     /// will not run again: it no longer shows in `snapshotdb inspect` as behind. A ``Consumer`` of that
     /// name still in use throws `corrupt` ("the row of consumer … is gone") at its next read;

@@ -103,6 +103,9 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         /// A named consumer fell behind the history's retention bound and was expired: the
         /// changes it had not acknowledged were purged. Its next read says so; reset it to go on.
         public static let consumerExpired = Code("consumerExpired")
+        /// ``Database/existingConsumer(named:)`` found no consumer of that name in the file (a
+        /// typo, or one removed): the message names the consumers the file has.
+        public static let unknownConsumer = Code("unknownConsumer")
         /// A consumer's batch was acknowledged after another runner of the same consumer had
         /// already moved its position past the batch's start (two processes, or two loops, run
         /// one consumer): the batch was applied there, and the transaction must not commit.
