@@ -150,7 +150,11 @@ func runIndexer(_ db: Database, writer: Connection) async throws {
     let indexer = try db.consumer(named: "search-indexer")
     for try await batch in indexer.batches(on: db.newConnection(name: "indexer")) {
         try await writer.readWrite { txn in
-            for changeset in batch.changesets { try index(changeset, in: txn) }
+            // Its own commits come back to it too: index only what changed its sources,
+            // or it would write for its own writes for ever.
+            for changeset in batch.changesets where changeset.hasChange(inCollection: "notes") {
+                try index(changeset, in: txn)
+            }
             try indexer.acknowledge(batch, in: txn)  // commits with the index
         }
     }
