@@ -267,6 +267,23 @@ struct HistoryTests {
 
     /// After a restart, `changes(after:)` lists every commit since a saved position, with the
     /// keys, info and connection names of the commits, in the transaction's snapshot.
+    /// A saved position that does not parse says why: a file cut short, a part that is not a
+    /// number, text that is no position at all.
+    @Test func aPositionThatDoesNotParseSaysWhy() throws {
+        let position = HistoryPosition(databaseIdentity: 0xABC, commit: 17, token: 0x5F)
+        #expect(try HistoryPosition(parsing: position.description) == position)
+        // As a file holds it, with its newline.
+        #expect(try HistoryPosition(parsing: position.description + "\n") == position)
+        let cut = expectError(.misuse) { try HistoryPosition(parsing: "snapshotdb1:abc:17") }
+        #expect(cut?.message.contains("3 of its 4 parts") == true, "\(String(describing: cut))")
+        #expect(cut?.message.contains("cut short") == true)
+        let notANumber = expectError(.misuse) { try HistoryPosition(parsing: "snapshotdb1:abc:seventeen:5f") }
+        #expect(notANumber?.message.contains("its commit 'seventeen' is not a number") == true)
+        let other = expectError(.misuse) { try HistoryPosition(parsing: "17") }
+        #expect(other?.message.contains("does not begin with 'snapshotdb1:'") == true)
+        #expect(HistoryPosition("17") == nil)
+    }
+
     @Test func changesAfterACommitSurviveARestart() throws {
         try withTemporaryDirectory { directory throws in
             let path = directory.appendingPathComponent("restart.sqlite").path

@@ -41,14 +41,48 @@ public struct HistoryPosition: Sendable, Hashable, Codable, LosslessStringConver
         "snapshotdb1:\(String(databaseIdentity, radix: 16)):\(commit):\(String(token, radix: 16))"
     }
 
-    /// Reads the text form of ``description``; `nil` for anything else.
+    /// Reads the text form of ``description``; `nil` for anything else (see
+    /// ``init(parsing:)`` for why).
     public init?(_ description: String) {
-        let parts = description.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts[0] == "snapshotdb1",
-            let identity = UInt64(parts[1], radix: 16), let commit = UInt64(parts[2]),
-            let token = UInt64(parts[3], radix: 16)
-        else { return nil }
-        self.init(databaseIdentity: identity, commit: commit, token: token)
+        guard let position = try? Self(parsing: description) else { return nil }  // (the reason is `init(parsing:)`'s)
+        self = position
+    }
+
+    /// Reads the text form of ``description`` (`snapshotdb1:IDENTITY:COMMIT:TOKEN`, identity and
+    /// token in hexadecimal), saying what is wrong with anything else.
+    ///
+    /// ```swift
+    /// let saved = try HistoryPosition(parsing: String(contentsOf: positionFile, encoding: .utf8))
+    /// ```
+    ///
+    /// - Throws: `misuse` naming the part that is missing or not a number (a file cut short by a
+    ///   crash while it was written is the usual cause), with the text quoted.
+    public init(parsing description: String) throws(DatabaseError) {
+        let text = description.trimmingCharacters(in: .whitespacesAndNewlines)
+        let quoted = QuotedInput.quote(text)
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.first == "snapshotdb1" else {
+            throw DatabaseError(
+                .misuse, "\(quoted) is not a history position: it does not begin with 'snapshotdb1:'")
+        }
+        guard parts.count == 4 else {
+            throw DatabaseError(
+                .misuse,
+                "\(quoted) is not a whole history position: it has \(parts.count) of its 4 parts "
+                    + "(snapshotdb1:IDENTITY:COMMIT:TOKEN); a file written when the process stopped may be cut short"
+            )
+        }
+        func number(_ part: Substring, _ what: String, radix: Int) throws(DatabaseError) -> UInt64 {
+            guard let value = UInt64(part, radix: radix) else {
+                throw DatabaseError(
+                    .misuse, "\(quoted) is not a history position: its \(what) '\(part)' is not a number")
+            }
+            return value
+        }
+        self.init(
+            databaseIdentity: try number(parts[1], "identity", radix: 16),
+            commit: try number(parts[2], "commit", radix: 10), token: try number(parts[3], "token", radix: 16)
+        )
     }
 }
 
