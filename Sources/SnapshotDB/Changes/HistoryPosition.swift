@@ -44,7 +44,8 @@ public struct HistoryPosition: Sendable, Hashable, Codable, LosslessStringConver
     /// Reads the text form of ``description``; `nil` for anything else (see
     /// ``init(parsing:)`` for why).
     public init?(_ description: String) {
-        guard let position = try? Self(parsing: description) else { return nil }  // (the reason is `init(parsing:)`'s)
+        // The reason of a failure is `init(parsing:)`'s to give; this form answers only `nil`.
+        guard let position = try? Self(parsing: description) else { return nil }
         self = position
     }
 
