@@ -599,6 +599,7 @@ struct ReadReplicaTests {
                 environment: [Self.childKey + "_COPY": directory.appendingPathComponent("copy.sqlite").path])
             defer { child.kill() }
             func answer(_ prefix: String) throws -> String { try Self.answer(prefix, from: child) }
+            #expect(try answer("secondName") == "refused")
             // The replica reaches the first batch; the child bookmarks it and reads what the
             // primary read at that commit.
             try child.send("bookmark \(first)")
@@ -847,6 +848,16 @@ struct ReadReplicaTests {
         try replica.register(ViewTests.byTitle)
         let ui = replica.newConnection(name: "ui")
         func say(_ name: String, _ value: String) { print("\(name) \(value)") }
+        // The VFS serves one replica per process: a second name is refused, not the same data.
+        do {
+            _ = try Database(replica: "orders.sqlite", vfs: LitestreamVFS.name)
+            say("secondName", "opened")
+        } catch {
+            say(
+                "secondName",
+                error.code == .alreadyOpen && error.message.contains("one replica per process")
+                    ? "refused" : "\(error)")
+        }
 
         guard let bookmark = readLine(), bookmark.hasPrefix("bookmark "),
             let first = UInt64(bookmark.dropFirst(9))

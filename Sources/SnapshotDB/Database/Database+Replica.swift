@@ -96,7 +96,17 @@ extension Database {
                     + "(LitestreamVFS.register(extensionPath:), or Database.loadSQLiteExtension(at:))")
         }
         let key = "\(vfs):\(name)"
-        try OpenFiles.claim(key)
+        // Litestream's VFS serves the one replica that LITESTREAM_REPLICA_URL names, whatever
+        // name it is opened by: another name is the same database, not a second replica.
+        try OpenFiles.claim(
+            key,
+            sharing: vfs == LitestreamVFS.name
+                ? (
+                    prefix: "\(vfs):",
+                    reason: "Litestream's VFS serves one replica per process (the one LITESTREAM_REPLICA_URL "
+                        + "names), so another name opens the same database; share that Database, or serve "
+                        + "another replica from another process"
+                ) : nil)
         let opened: OpenedFile
         do throws(DatabaseError) {
             opened = try Self.openReplica(

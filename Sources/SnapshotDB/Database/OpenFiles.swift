@@ -50,25 +50,31 @@ enum OpenFiles {
     ///
     /// - Throws: `alreadyOpen` when a `Database` of this process holds the same file (or opens
     ///   it right now).
-    static func claim(_ path: String) throws(DatabaseError) {
+    ///
+    /// `sharing` names a prefix under which every path is one database (the replicas of a VFS
+    /// that serves one replica per process), and why: a path under it is refused while another
+    /// one is open.
+    static func claim(_ path: String, sharing shared: (prefix: String, reason: String)? = nil)
+        throws(DatabaseError)
+    {
         var drains = 0
         while true {
-            switch holder(of: path) {
+            switch holder(of: path, sharedPrefix: shared?.prefix) {
             case .claimed:
                 return
             case .releasing(let released):
                 released.wait()
             case .opening(let other):
-                throw alreadyOpen(path, other: other)
+                throw alreadyOpen(path, other: other, reason: shared?.reason)
             case .open(let other, var database):
                 guard drains < maximumDrains, !database.checkpointer.isOnQueue else {
-                    throw alreadyOpen(path, other: other)
+                    throw alreadyOpen(path, other: other, reason: shared?.reason)
                 }
                 drains += 1
                 // A checkpoint running or queued may hold the last other reference.
                 database.checkpointer.queue.sync {}
                 if !isKnownUniquelyReferenced(&database) && drains == maximumDrains {
-                    throw alreadyOpen(path, other: other)
+                    throw alreadyOpen(path, other: other, reason: shared?.reason)
                 }
             // If this was the last reference, the database is released here, on this thread,
             // and the next round claims the file.
@@ -78,12 +84,14 @@ enum OpenFiles {
 
     /// Claims `path` when it is free, or says who holds it; never releases a `Database` inside
     /// the lock (its `deinit` takes the lock).
-    private static func holder(of path: String) -> Holder {
+    private static func holder(of path: String, sharedPrefix: String?) -> Holder {
         let id = fileID(path)
         return entries.withLock { entries -> Holder in
             let held =
                 entries[path] != nil
-                ? path : id.flatMap { id in entries.first { $0.value.fileID == id }?.key }
+                ? path
+                : id.flatMap { id in entries.first { $0.value.fileID == id }?.key }
+                    ?? sharedPrefix.flatMap { prefix in entries.keys.first { $0.hasPrefix(prefix) } }
             guard let held, let entry = entries[held] else {
                 let released = DispatchGroup()
                 released.enter()
@@ -96,7 +104,11 @@ enum OpenFiles {
         }
     }
 
-    private static func alreadyOpen(_ path: String, other: String) -> DatabaseError {
+    private static func alreadyOpen(_ path: String, other: String, reason: String? = nil) -> DatabaseError {
+        if other != path, let reason {
+            return DatabaseError(
+                .alreadyOpen, "\(path) cannot be opened while \(other) is open in this process: \(reason)")
+        }
         if other != path {
             return DatabaseError(
                 .alreadyOpen,
