@@ -21,11 +21,16 @@ struct History: ParsableCommand {
     @Option(help: ArgumentHelp("List only the commits after commit N.", valueName: "N"))
     var after: UInt64?
 
+    // (`.unconditional`: "-1" is a value to refuse with its reason, not a missing value and an
+    // unknown flag.)
     @Option(
+        parsing: .unconditional,
         help: ArgumentHelp("List at most N commits: the oldest N (after --after, if given).", valueName: "N"))
     var limit: Int?
 
-    @Option(help: ArgumentHelp("List the newest N commits (after --after, if given).", valueName: "N"))
+    @Option(
+        parsing: .unconditional,
+        help: ArgumentHelp("List the newest N commits (after --after, if given).", valueName: "N"))
     var last: Int?
 
     @Flag(help: "Print JSON (one document, documented in the README) instead of text.")

@@ -10,7 +10,8 @@ struct Inspect: ParsableCommand {
             Reads the database, its -wal and its -shm and the -shm lock bytes (via /proc/locks \
             and F_OFD_GETLK) without SQLite: it changes no byte, creates no missing file and never \
             checkpoints. Exit status: 0 healthy, 1 a --warn-* threshold is exceeded, 2 the files \
-            cannot be inspected (missing, truncated, foreign).
+            cannot be inspected (missing, truncated, not a SQLite database). A SQLite database that \
+            is not SnapshotDB's is inspected all the same: its report says "not SnapshotDB".
             """
     )
 

@@ -115,6 +115,12 @@ struct JSONAndExitCodeTests {
             let result = try Tool.run("inspect", path)
             #expect(result.status == 0)
             #expect(result.standardOutput.contains("application_id 0x0 (not SnapshotDB)"))
+            // The help says what the tool does with it (exit 2 is for files that are not SQLite).
+            // (Its lines wrapped to the terminal's width: read as one line of words.)
+            let help = try Tool.run("inspect", "--help").standardOutput.split(whereSeparator: \.isWhitespace)
+                .joined(separator: " ")
+            #expect(help.contains("not a SQLite database"), "\(help)")
+            #expect(help.contains("is not SnapshotDB's is inspected all the same"), "\(help)")
             #expect(result.standardOutput.contains("rollback-journal mode"))
             let json = try Tool.inspectJSON(path)
             #expect(json.value(at: "snapshotDB.isSnapshotDB") as? Bool == false)

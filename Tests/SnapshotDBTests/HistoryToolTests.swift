@@ -95,6 +95,15 @@ struct HistoryToolTests {
                 lastAfter.standardOutput.contains("listing the newest 5 after 2: \(listed.count) commits"))
             let both = try ChildProcess.run(tool, ["history", db.path, "--limit", "1", "--last", "1"])
             #expect(both.status == 64, "\(both.standardError)")
+            // A negative count is refused for what it is, not as a missing value.
+            for option in ["--limit", "--last"] {
+                let negative = try ChildProcess.run(tool, ["history", db.path, option, "-1"])
+                #expect(negative.status == 64, "\(negative.standardError)")
+                #expect(
+                    negative.standardError.contains("\(option) must be 0 or more"),
+                    "\(negative.standardError)")
+                #expect(!negative.standardError.contains("Missing value"), "\(negative.standardError)")
+            }
             #expect(both.standardError.contains("give one of them"), "\(both.standardError)")
             for count in [0, 1, 2, 3, 9, Int.max] {
                 let listing = try SnapshotDBInspector.history(databaseAt: db.path, last: count)
