@@ -145,6 +145,19 @@ func history(reader: Connection) throws {
 }
 // end readme-snippet: history
 
+// readme-snippet: resume
+/// What an app does with the changesets (the README leaves it out).
+func apply(_ changesets: [Changeset]) { _ = changesets }
+func resume(_ db: Database, ui: Connection, from saved: HistoryPosition) async throws {
+    let commits = db.changes()  // 1. subscribe: no commit after this is missed
+    try ui.beginLongLivedReadTransaction()  // 2. bookmark
+    apply(try await ui.read { try $0.changes(after: saved) })  // 3. catch up, to the bookmark exactly
+    for await _ in commits {  // 4. follow
+        apply(try ui.beginLongLivedReadTransaction())
+    }
+}
+// end readme-snippet: resume
+
 // readme-snippet: consumer
 func runIndexer(_ db: Database, writer: Connection) async throws {
     let indexer = try db.consumer(named: "search-indexer")
