@@ -88,8 +88,24 @@ enum History {
         } else {
             try insert.bindNull(at: 8)
         }
-        try insert.execute()
+        do {
+            try insert.execute()
+        } catch {
+            throw damaged(error, writing: row.number, path: handle.path)
+        }
         return token
+    }
+
+    /// What a failed insert of commit `number`'s row means: a constraint on the history's own
+    /// rows (a number already taken, as a damaged page makes it look) is damage, `corrupt`
+    /// naming the table; anything else is as SQLite reported it.
+    static func damaged(_ error: DatabaseError, writing number: UInt64, path: String) -> DatabaseError {
+        guard error.isConstraintViolation else { return error }
+        return DatabaseError(
+            .corrupt,
+            "\(path) is a damaged SnapshotDB database: writing the row of commit \(number) into "
+                + "snapshotdb_history failed (\(error.message)), which only damage to that table explains",
+            sqliteCode: error.sqliteCode, cause: error)
     }
 
     /// The changesets of the commits in `(after, through]` that the history of the open

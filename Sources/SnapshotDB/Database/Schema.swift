@@ -356,6 +356,58 @@ enum Schema {
             let counted = try handle.int64("SELECT count(*) FROM (SELECT 1 FROM snapshotdb_history LIMIT 1)")
             guard counted == 1 else { throw damagedMetadata(path: path) }
         }
+        if version == currentVersion { try checkColumns(handle, path: path) }
+    }
+
+    /// The columns of each of SnapshotDB's tables in the current schema, in order, read once
+    /// from an in-memory database made with ``createCurrent``: the reference for
+    /// ``checkColumns(_:path:)``, never a list kept by hand beside the SQL. `nil` only if SQLite
+    /// cannot make an in-memory database (out of memory), and the check is then skipped: a
+    /// damaged definition still fails at its first use, as it did before the check.
+    static let currentColumns: [String: [String]]? = {
+        guard let memory = try? SQLiteHandle(path: ":memory:") else { return nil }
+        do {
+            try memory.execute(createCurrent)
+            return try columns(of: requiredObjects(version: currentVersion)["table"] ?? [], on: memory)
+        } catch {
+            return nil
+        }
+    }()
+
+    /// The column names of each table of `tables`, in order, as `handle` reads them.
+    private static func columns(of tables: [String], on handle: SQLiteHandle) throws(DatabaseError)
+        -> [String: [String]]
+    {
+        var columns: [String: [String]] = [:]
+        let statement = try handle.cachedStatement("SELECT name FROM pragma_table_info(?1) ORDER BY cid")
+        defer { statement.reset() }
+        for table in tables {
+            try statement.bind(table, at: 1)
+            var names: [String] = []
+            while try statement.step() { names.append(statement.string(at: 0)) }
+            statement.reset()
+            columns[table] = names
+        }
+        return columns
+    }
+
+    /// Checks that SnapshotDB's tables have the columns of the current schema: a definition
+    /// changed in `sqlite_schema` (by a foreign client, or damage) would otherwise open and fail
+    /// at the first write with an untyped SQLite error ("table snapshotdb_history has no column
+    /// named changes").
+    ///
+    /// - Throws: `corrupt` naming the table and the columns it has and should have.
+    static func checkColumns(_ handle: SQLiteHandle, path: String) throws(DatabaseError) {
+        guard let expected = currentColumns else { return }
+        let found = try columns(of: expected.keys.sorted(), on: handle)
+        for (table, names) in expected.sorted(by: { $0.key < $1.key }) where found[table] != names {
+            let has = (found[table] ?? []).joined(separator: ", ")
+            throw DatabaseError(
+                .corrupt,
+                "\(path) is a damaged SnapshotDB database: table \(table) has the columns (\(has)) where "
+                    + "SnapshotDB's has (\(names.joined(separator: ", "))): its definition in sqlite_schema was "
+                    + "changed")
+        }
     }
 
     /// The error for a `snapshotdb_meta` table that lost rows SnapshotDB needs.

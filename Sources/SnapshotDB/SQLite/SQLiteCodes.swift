@@ -65,6 +65,10 @@ extension DatabaseError {
         sqlite(SQLITE_IOERR, message: message)
     }
 
+    /// Whether SQLite refused a write for a constraint (`SQLITE_CONSTRAINT`): on SnapshotDB's
+    /// own tables, whose rows only it writes, a sign of damage.
+    var isConstraintViolation: Bool { (sqliteCode ?? 0) & 0xFF == SQLITE_CONSTRAINT }
+
     /// Whether SQLite failed with a plain `SQLITE_ERROR` (no extended code).
     var isPlainSQLiteError: Bool { code == .sqlite && sqliteCode == SQLITE_ERROR }
 }
