@@ -36,8 +36,9 @@ struct DamagedHistoryTableTests {
     /// find) fails the commit as `corrupt` naming the table and the commit; any other failure
     /// is left as SQLite reported it.
     @Test func aConstraintOnTheHistorysOwnRowsIsDamage() {
+        // SQLITE_CONSTRAINT_PRIMARYKEY (a macro Swift does not import).
         let taken = DatabaseError.sqlite(
-            SQLITE_CONSTRAINT | (6 << 8), message: "UNIQUE constraint failed: snapshotdb_history.number")  // _PRIMARYKEY
+            SQLITE_CONSTRAINT | (6 << 8), message: "UNIQUE constraint failed: snapshotdb_history.number")
         let damaged = History.damaged(taken, writing: 42, path: "app.sqlite")
         #expect(damaged.code == .corrupt)
         #expect(damaged.message.contains("row of commit 42 into snapshotdb_history"), "\(damaged.message)")
