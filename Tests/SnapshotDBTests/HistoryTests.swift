@@ -446,9 +446,56 @@ struct HistoryTests {
             #expect(changesets.first?.isExternal == true)
             let warnings = logs.messages(at: .warning)
             #expect(warnings.count == 1, "\(warnings)")
-            #expect(warnings.first?.contains("history rows of commits 2...2") == true, "\(warnings)")
+            #expect(warnings.first?.contains("history row of commit 2 is damaged") == true, "\(warnings)")
             try writer.readWrite { try $0.set(3, forKey: "d", inCollection: "c") }
             #expect(try ui.beginLongLivedReadTransaction().map(\.commit) == [3])
+        }
+    }
+
+    /// A damaged row in the middle of another process's commits costs its own commit only: the
+    /// bookmark that advances over them gets the others exactly, that one as external, and the
+    /// log names it (issue 45: the whole batch used to become one external changeset).
+    @Test func aDamagedRowAmongAnotherProcessesCommitsCostsItsOwnCommitOnly() throws {
+        let logs = LogCapture()
+        var configuration = Configuration()
+        configuration.checkpointLogger = logs.logger
+        try withTemporaryDatabase(configuration: configuration) { db throws in
+            try db.register([ViewTests.byTitle, Self.keyedByTitle])
+            let writer = db.newConnection(name: "writer")
+            // The notes the plan starts from (as the other tests of the child writer).
+            try writer.readWrite { txn in
+                for index in 0..<12 {
+                    try txn.set(
+                        Note(title: "t\(index)", folder: "inbox", archived: false), forKey: "n\(index)",
+                        inCollection: "notes")
+                }
+            }
+            let ui = db.newConnection(name: "ui")
+            try ui.beginLongLivedReadTransaction()
+            let start = db.latestCommit
+            let plan = Self.plan(seed: 45, commits: 10)
+            let expected = Self.expectedCommits(plan)
+            #expect(expected.count >= 6)
+            _ = try Self.runWriterProcess(path: db.path, seed: 45, commits: plan.count)
+            let damaged = start + UInt64(expected.count / 2)
+            _ = try sqlite3(
+                db.path, "UPDATE snapshotdb_history SET changes = x'01ff' WHERE number = \(damaged);")
+            let changesets = try ui.beginLongLivedReadTransaction()
+            #expect(changesets.map(\.commit) == Array(start + 1...start + UInt64(expected.count)))
+            for (changeset, commit) in zip(changesets, expected) {
+                if changeset.commit == damaged {
+                    #expect(changeset.isExternal)
+                } else {
+                    #expect(!changeset.isExternal, "commit \(changeset.commit)")
+                    #expect(Set(changeset.setKeys["notes"] ?? []) == commit.set, "commit \(changeset.commit)")
+                    #expect(Set(changeset.removedKeys["notes"] ?? []) == commit.removed)
+                }
+            }
+            let warnings = logs.messages(at: .warning)
+            #expect(warnings.count == 1, "\(warnings)")
+            #expect(
+                warnings.first?.contains("history row of commit \(damaged) is damaged") == true, "\(warnings)"
+            )
         }
     }
 

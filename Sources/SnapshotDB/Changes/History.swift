@@ -131,8 +131,13 @@ enum History {
 
     /// The rows of the commits in `(after, through]`, at most `limit` of them (the limit is
     /// SQL's: a reader that asks for a few reads a few).
+    ///
+    /// A damaged row throws `corrupt` naming its commit, unless `damagedRow` is given: it is then
+    /// told of the row, which is returned without a changeset (its commit alone becomes
+    /// external), and the other rows are read on.
     static func entries(
-        after: UInt64, through: UInt64, limit: Int = .max, on handle: SQLiteHandle, path: String
+        after: UInt64, through: UInt64, limit: Int = .max, on handle: SQLiteHandle, path: String,
+        damagedRow: ((_ commit: UInt64, _ error: DatabaseError) -> Void)? = nil
     ) throws(DatabaseError) -> [Entry] {
         guard through > after, limit > 0 else { return [] }
         let rows = try handle.idleStatement(.readHistory)
@@ -142,11 +147,17 @@ enum History {
         try rows.bind(Int64(min(limit, Int(Int64.max))), at: 3)
         var entries: [Entry] = []
         while try rows.step() {
+            let number = UInt64(bitPattern: rows.int64(at: 0))
+            let changeset: Changeset?
+            do throws(DatabaseError) {
+                changeset = try Self.changeset(of: rows, path: path)
+            } catch {
+                guard let damagedRow, error.code == .corrupt else { throw error }
+                damagedRow(number, error)
+                changeset = nil
+            }
             entries.append(
-                Entry(
-                    number: UInt64(bitPattern: rows.int64(at: 0)),
-                    token: UInt64(bitPattern: rows.int64(at: 7)),
-                    changeset: try changeset(of: rows, path: path)))
+                Entry(number: number, token: UInt64(bitPattern: rows.int64(at: 7)), changeset: changeset))
         }
         return entries
     }

@@ -61,7 +61,14 @@ extension Database {
             var from = max(published, min(retained, commitLogPins.oldest ?? retained))
             if role.comparesHistoryTokens, from > 0 { from -= 1 }
             do {
-                loaded = try History.entries(after: from, through: commit, on: handle, path: path)
+                // A damaged row (a foreign client's) costs its own commit only: published as
+                // external, the others exact.
+                loaded = try History.entries(after: from, through: commit, on: handle, path: path) {
+                    number, error in
+                    self.logger.warning(
+                        "the history row of commit \(number) is damaged (\(error.message)): it is published as an external changeset, its keys unknown",
+                        metadata: ["external_commits": "\(number)"])
+                }
             } catch {
                 // What the rows held is lost to the log's readers: warn, naming the commits.
                 logger.warning(
