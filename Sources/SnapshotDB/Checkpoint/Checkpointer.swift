@@ -215,8 +215,8 @@ final class Checkpointer: Sendable {
     /// that only reads) still sees its bookmarks' pins grow, and checkpoints when the WAL
     /// passes the threshold, which is when the monitor warns.
     ///
-    /// A checkpoint this makes due is queued by ``commitsPublished()``, once the transaction
-    /// published the commit: the monitor must not judge the bookmarks against an older newest
+    /// A checkpoint this makes due is queued when the commit is published (by the checkpointer's
+    /// word of the next ``CommitEvent``, ``commitDidHappen(_:in:)``): the monitor must not judge the bookmarks against an older newest
     /// commit (a bookmark at the last published commit would seem to lag behind nothing).
     ///
     /// `publishedThrough` reads the newest commit published: when it reaches `commit` already
