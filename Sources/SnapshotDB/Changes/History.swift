@@ -132,9 +132,10 @@ enum History {
     /// The rows of the commits in `(after, through]`, at most `limit` of them (the limit is
     /// SQL's: a reader that asks for a few reads a few).
     ///
-    /// A damaged row throws `corrupt` naming its commit, unless `damagedRow` is given: it is then
-    /// told of the row, which is returned without a changeset (its commit alone becomes
-    /// external), and the other rows are read on.
+    /// A damaged row throws `corrupt` naming its commit (a newer release's row,
+    /// `unsupportedFormat`), unless `damagedRow` is given: it is then told of the row, which is
+    /// returned without a changeset (its commit alone becomes external), and the other rows are
+    /// read on.
     static func entries(
         after: UInt64, through: UInt64, limit: Int = .max, on handle: SQLiteHandle, path: String,
         damagedRow: ((_ commit: UInt64, _ error: DatabaseError) -> Void)? = nil
@@ -152,7 +153,9 @@ enum History {
             do throws(DatabaseError) {
                 changeset = try Self.changeset(of: rows, path: path)
             } catch {
-                guard let damagedRow, error.code == .corrupt else { throw error }
+                guard let damagedRow, error.code == .corrupt || error.code == .unsupportedFormat else {
+                    throw error
+                }
                 damagedRow(number, error)
                 changeset = nil
             }
@@ -180,7 +183,8 @@ enum History {
     /// The changeset of one history row from its columns (`changes` decoded already, `nil`
     /// when the column is not a blob); `nil` for a start row.
     ///
-    /// - Throws: `corrupt` naming the commit when the row is damaged.
+    /// - Throws: `corrupt` naming the commit when the row is damaged; `unsupportedFormat` when
+    ///   its changes are a newer release's encoding.
     static func changeset(
         number: UInt64, kind rawKind: Int64?, date: Double, process: Int64?, connection: String?,
         info: String?,
@@ -203,6 +207,12 @@ enum History {
         let decoded: HistoryCoding.Decoded
         switch changes {
         case .success(let value): decoded = value
+        case .failure(let error) where error.isNewerFormat:
+            throw DatabaseError(
+                .unsupportedFormat,
+                "\(path): the history row of commit \(number) was written by a newer SnapshotDB (its changes "
+                    + "use \(error.reason), which this release does not know); open the file with that release"
+            )
         case .failure(let error): throw damaged(error.reason)
         case nil: throw damaged("no changes")
         }

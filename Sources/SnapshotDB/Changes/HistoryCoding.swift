@@ -36,6 +36,8 @@ enum HistoryKind: Int64, Sendable {
 /// record), so an older reader still gets the keys.
 enum HistoryCoding {
     static let formatVersion: UInt8 = 1
+    /// The flag bits this release writes and reads (bit 0: all collections cleared).
+    static let knownFlags: UInt8 = 0x01
 
     /// Encodes a transaction's log, its clear-all flag and its extensions' records.
     static func encode(
@@ -92,10 +94,17 @@ enum HistoryCoding {
     static func decode(_ bytes: UnsafeRawBufferPointer) throws(HistoryReader.Failure) -> Decoded {
         var reader = HistoryReader(bytes)
         let version = try reader.byte()
+        // A later version (or flag) is a newer SnapshotDB's row, not damage: this release says
+        // it cannot read it. (Version 0 was never written: damage.)
         guard version == formatVersion else {
-            throw HistoryReader.Failure("unknown format version \(version)")
+            throw version > formatVersion
+                ? HistoryReader.Failure(newerFormat: "format version \(version)")
+                : HistoryReader.Failure("unknown format version \(version)")
         }
         let flags = try reader.byte()
+        guard flags & ~Self.knownFlags == 0 else {
+            throw HistoryReader.Failure(newerFormat: "flags 0x\(String(flags, radix: 16))")
+        }
         var operations: [ChangesetBuilder.Operation] = []
         let runCount = try reader.count()
         for _ in 0..<runCount {
@@ -177,7 +186,17 @@ struct HistoryReader {
     /// Why bytes are not a valid encoding.
     struct Failure: Error {
         let reason: String
-        init(_ reason: String) { self.reason = reason }
+        /// Whether the bytes are a newer release's encoding (a version or flag this one does
+        /// not know) rather than damage.
+        let isNewerFormat: Bool
+        init(_ reason: String) {
+            self.reason = reason
+            isNewerFormat = false
+        }
+        init(newerFormat what: String) {
+            reason = what
+            isNewerFormat = true
+        }
     }
 
     private let bytes: UnsafeRawBufferPointer
@@ -220,8 +239,13 @@ struct HistoryReader {
         return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length])
     }
 
+    /// A string, whose bytes must be valid UTF-8 (SnapshotDB writes Swift strings): other bytes
+    /// are damage, not text to repair with U+FFFD.
     mutating func string() throws(Failure) -> String {
-        String(decoding: try span(), as: UTF8.self)
+        guard let string = String(validating: try span(), as: UTF8.self) else {
+            throw Failure("a string is not valid UTF-8")
+        }
+        return string
     }
 
     mutating func data() throws(Failure) -> Data { Data(try span()) }

@@ -66,7 +66,7 @@ extension Database {
                 loaded = try History.entries(after: from, through: commit, on: handle, path: path) {
                     number, error in
                     self.logger.warning(
-                        "the history row of commit \(number) is damaged (\(error.message)): it is published as an external changeset, its keys unknown",
+                        "the history row of commit \(number) cannot be read (\(error.message)): it is published as an external changeset, its keys unknown",
                         metadata: ["external_commits": "\(number)"])
                 }
             } catch {
