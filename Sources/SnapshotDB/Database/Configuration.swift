@@ -131,6 +131,16 @@ public struct Configuration: Sendable {
     /// checkpoint monitor names the connections that lag.
     public var commitLogRetentionBytes: Int = 16 << 20
 
+    /// The most bytes a view records of one commit in its changeset and the durable history
+    /// (4 MiB by default): each item the commit touched with its place before it, which is its
+    /// old value in a view ordered by a closure (its sort key in a keyed one). A commit that
+    /// touches more records a reload of the view instead: a bookmark that advances over it gets
+    /// ``ViewReader/requiresReload(for:)`` for that view, not row changes. So a history row
+    /// grows with the keys a commit touches, never with the values past this bound, and a
+    /// commit that rewrites a gigabyte under a closure view neither writes its old values into
+    /// the WAL again nor fails at SQLite's one-gigabyte limit for a blob.
+    public var viewRecordLimitBytes: Int = 4 << 20
+
     /// The WAL size, in pages, past which a commit asks for a PASSIVE checkpoint (1000, about
     /// 4 MiB with 4 KiB pages).
     ///
@@ -222,6 +232,7 @@ extension Configuration {
             )
         }
         try atLeastZero("cacheLimit", Int64(cacheLimit))
+        try atLeastZero("viewRecordLimitBytes", Int64(viewRecordLimitBytes))
         try atLeastZero("changesBufferLimit", Int64(changesBufferLimit))
         if let readTimeLimit { try atLeastZero("readTimeLimit", readTimeLimit) }
         try atLeastZero("historyRetention.commits", Int64(historyRetention.commits))

@@ -70,7 +70,12 @@ extension Writer {
             }
             var changes = ExtensionChanges()
             for (definition, writer) in writers {
-                if let record = try writer.finish() { changes.byName[definition.name] = record }
+                let record = try writer.finish()
+                if writer.recordsReload {
+                    changes.reset.insert(definition.name)
+                } else if let record {
+                    changes.byName[definition.name] = record
+                }
             }
             try handle.execute("RELEASE snapshotdb_seal_keep")
             return (changes, rebuild)

@@ -111,6 +111,10 @@ extension ExtensionDefinition {
 /// it saw rolls back (a view records only what items were before the transaction, which a
 /// rollback does not change).
 protocol ExtensionWriter: AnyObject {
+    /// Whether the commit records a reload of this extension instead of its record: what it
+    /// would record outgrew its bound (a view's ``Configuration/viewRecordLimitBytes``). Its
+    /// readers reload, as after a rebuild.
+    var recordsReload: Bool { get }
     /// `data` is about to be stored under `key` in `collection` (a collection it observes).
     func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError)
     /// The value under `key` in `collection` is about to be removed (it exists).
@@ -163,6 +167,7 @@ extension ExtensionWriter {
     func endSavepoint(rolledBack: Bool) {}
     func keptCache() -> AnyObject? { nil }
     func publishedState() -> AnyObject? { nil }
+    var recordsReload: Bool { false }
     var feedsRebuild: Bool { false }
     var rebuildCollections: Set<String>? { nil }
     func beginRebuild() throws(DatabaseError) {}

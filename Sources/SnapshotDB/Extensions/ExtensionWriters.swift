@@ -220,7 +220,12 @@ final class ExtensionWriters {
     func finish() throws(DatabaseError) -> ExtensionChanges {
         var changes = ExtensionChanges(reset: reset)
         for (name, writer) in writers {
-            if let record = try writer.finish() { changes.byName[name] = record }
+            let record = try writer.finish()
+            if writer.recordsReload {
+                changes.reset.insert(name)
+            } else if let record {
+                changes.byName[name] = record
+            }
         }
         return changes
     }

@@ -280,7 +280,7 @@ extension ViewWriter {
     func finish() throws(DatabaseError) -> (any ExtensionRecord)? {
         try applyPending()
         try store?.flush()
-        return touched.isEmpty ? nil : ViewCommitRecord(touched: touched)
+        return touched.isEmpty || recordsReload ? nil : ViewCommitRecord(touched: touched)
     }
 }
 

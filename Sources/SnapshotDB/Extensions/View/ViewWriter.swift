@@ -44,6 +44,14 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
     /// Where each item the transaction touched was before it (first touch wins: a savepoint
     /// that rolls back does not change what an item was before the transaction).
     var touched: [ViewItem: ViewCommitRecord.Before?] = [:]
+    /// About how many bytes `touched` holds (strings, values or sort keys).
+    var touchedBytes = 0
+    /// Set once `touched` outgrew ``recordLimit``: it is dropped, nothing more is recorded, and
+    /// the commit records a reload of the view (``ExtensionWriter/recordsReload``).
+    var recordsReload = false
+    /// ``Configuration/viewRecordLimitBytes`` of the transaction's database (the default when
+    /// the writer keeps the view outside a transaction, sealing foreign writes).
+    let recordLimit: Int
     /// Items new to the view, not yet placed: placed together when the pages are next written
     /// (``applyPending()``), so that a bulk load sorts them once and builds pages, instead of
     /// searching the view for each.
@@ -61,6 +69,9 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         self.order = order
         self.collections = collections
         self.membership = membership
+        recordLimit =
+            context.transaction?.core.database.configuration.viewRecordLimitBytes
+            ?? Configuration().viewRecordLimitBytes
         if let transaction = context.transaction,
             let cache = transaction.core.database.extensionCaches.take(context.name, at: transaction.commit)
                 as? ViewWriterCache<Value>
@@ -125,10 +136,12 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
     /// stored value, or in a keyed view its sort key (from its page, which the change reads
     /// anyway).
     func recordBefore(_ item: ViewItem, location: (group: String, page: Int64)?) throws(DatabaseError) {
-        guard touched[item] == nil else { return }
+        guard !recordsReload, touched[item] == nil else { return }
+        touchedBytes +=
+            item.collection.utf8.count + item.key.utf8.count + (location?.group.utf8.count ?? 0) + 32
         guard let location else {
             touched[item] = .some(nil)
-            return
+            return dropRecordPastLimit()
         }
         let stored: ViewCommitRecord.Stored
         if order.keyed {
@@ -140,7 +153,21 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
             stored = .value(
                 try context.handle.statement(.getData).fetchBlob(item.collection, item.key) ?? Data())
         }
+        switch stored {
+        case .value(let data): touchedBytes += data.count
+        case .sortKey(let key): touchedBytes += key.count
+        }
         touched[item] = ViewCommitRecord.Before(group: location.group, stored: stored)
+        dropRecordPastLimit()
+    }
+
+    /// Past ``recordLimit``, the record gives way to a reload of the view: its memory is given
+    /// back at once, and no more old values are read for it.
+    private func dropRecordPastLimit() {
+        guard touchedBytes > recordLimit else { return }
+        recordsReload = true
+        touched = [:]
+        touchedBytes = 0
     }
 
     func willSet(_ data: Data, forKey key: String, inCollection collection: String) throws(DatabaseError) {
