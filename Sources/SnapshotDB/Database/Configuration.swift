@@ -141,6 +141,13 @@ public struct Configuration: Sendable {
     /// the WAL again nor fails at SQLite's one-gigabyte limit for a blob.
     public var viewRecordLimitBytes: Int = 4 << 20
 
+    /// How long opening a read replica on Litestream's VFS waits for a first backup at a
+    /// `file://` replica URL (10 s by default): Litestream's VFS would wait for ever for one that
+    /// never comes (a mistyped path, a primary never replicated). Past it, the open throws
+    /// `cannotOpen` naming the URL. (For other URLs, such as `s3://`, the VFS alone decides how
+    /// long it waits.)
+    public var replicaOpenTimeout: Duration = .seconds(10)
+
     /// The WAL size, in pages, past which a commit asks for a PASSIVE checkpoint (1000, about
     /// 4 MiB with 4 KiB pages).
     ///
@@ -233,6 +240,7 @@ extension Configuration {
         }
         try atLeastZero("cacheLimit", Int64(cacheLimit))
         try atLeastZero("viewRecordLimitBytes", Int64(viewRecordLimitBytes))
+        try atLeastZero("replicaOpenTimeout", replicaOpenTimeout)
         try atLeastZero("changesBufferLimit", Int64(changesBufferLimit))
         if let readTimeLimit { try atLeastZero("readTimeLimit", readTimeLimit) }
         try atLeastZero("historyRetention.commits", Int64(historyRetention.commits))

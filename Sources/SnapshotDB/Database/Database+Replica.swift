@@ -109,6 +109,9 @@ extension Database {
                 ) : nil)
         let opened: OpenedFile
         do throws(DatabaseError) {
+            if vfs == LitestreamVFS.name {
+                try LitestreamVFS.waitForBackup(within: configuration.replicaOpenTimeout)
+            }
             opened = try Self.openReplica(
                 name: name, vfs: vfs, describedAs: key, configuration: configuration)
         } catch {
@@ -287,6 +290,32 @@ public enum LitestreamVFS {
 
     /// The replica URL the VFS was registered for in this process.
     private static let registration = Mutex<String?>(nil)
+
+    /// Waits at most `timeout` for a first backup (an `.ltx` file) at a `file://` replica URL,
+    /// which the VFS would otherwise wait for without end; returns at once for other URLs,
+    /// whose stores only the VFS can read.
+    ///
+    /// - Throws: `cannotOpen` naming the URL and what was waited for.
+    static func waitForBackup(within timeout: Duration) throws(DatabaseError) {
+        guard let url = registration.withLock({ $0 }), url.hasPrefix("file://") else { return }
+        let directory = String(url.dropFirst("file://".count))
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            // (No directory yet: no backup either.)
+            let files = (try? FileManager.default.subpathsOfDirectory(atPath: directory)) ?? []
+            if files.contains(where: { $0.hasSuffix(".ltx") }) { return }
+            guard ContinuousClock.now < deadline else {
+                throw DatabaseError(
+                    .cannotOpen,
+                    "the replica \(url) holds no backup (no .ltx file) after \(timeout): Litestream has not "
+                        + "replicated a primary there (is LITESTREAM_REPLICA_URL right, and does `litestream "
+                        + "replicate` run?); Configuration.replicaOpenTimeout sets how long an open waits")
+            }
+            // Litestream writes its first backup within about a second of starting: a poll of a
+            // directory listing every 50 ms costs little meanwhile.
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+    }
 
     /// The environment as the process started with it: what Go's runtime reads.
     static func startEnvironment() -> [String: String] {
