@@ -67,6 +67,17 @@ struct HistoryTests {
         return commits
     }
 
+    /// The notes ``plan(seed:commits:)`` starts from: `n0`…`n11` in the inbox.
+    static func writeStartingNotes(_ writer: Connection) throws {
+        try writer.readWrite { txn in
+            for index in 0..<12 {
+                try txn.set(
+                    Note(title: "t\(index)", folder: "inbox", archived: false), forKey: "n\(index)",
+                    inCollection: "notes")
+            }
+        }
+    }
+
     /// Runs the child test ``childWritesPlannedCommits()`` in another process; returns its pid.
     static func runWriterProcess(path: String, seed: UInt64, commits: Int) throws -> Int32 {
         let child = try runChildTest(
@@ -196,13 +207,7 @@ struct HistoryTests {
         try withTemporaryDatabase(configuration: configuration) { db throws in
             try db.register([ViewTests.byTitle, Self.keyedByTitle])
             let writer = db.newConnection(name: "writer")
-            try writer.readWrite { txn in
-                for index in 0..<12 {
-                    try txn.set(
-                        Note(title: "t\(index)", folder: "inbox", archived: false), forKey: "n\(index)",
-                        inCollection: "notes")
-                }
-            }
+            try Self.writeStartingNotes(writer)
             let ui = db.newConnection(name: "ui")
             try ui.beginLongLivedReadTransaction()
             let start = db.latestCommit
@@ -464,14 +469,7 @@ struct HistoryTests {
         try withTemporaryDatabase(configuration: configuration) { db throws in
             try db.register([ViewTests.byTitle, Self.keyedByTitle])
             let writer = db.newConnection(name: "writer")
-            // The notes the plan starts from (as the other tests of the child writer).
-            try writer.readWrite { txn in
-                for index in 0..<12 {
-                    try txn.set(
-                        Note(title: "t\(index)", folder: "inbox", archived: false), forKey: "n\(index)",
-                        inCollection: "notes")
-                }
-            }
+            try Self.writeStartingNotes(writer)
             let ui = db.newConnection(name: "ui")
             try ui.beginLongLivedReadTransaction()
             let start = db.latestCommit

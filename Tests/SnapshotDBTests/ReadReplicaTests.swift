@@ -724,15 +724,9 @@ struct ReadReplicaTests {
         _ filter: String, library: String, replica: String, in directory: URL,
         environment: [String: String] = [:]
     ) throws -> ChildProcess {
-        // The VFS opens a replica only once Litestream wrote a backup there (a first `.ltx`
-        // file): under load that came after the child's open, which failed with "SQL logic
-        // error" (once in a full run).
-        try LitestreamTests.waitFor("a backup in the replica") {
-            // (No directory yet: no backup either.)
-            let files = (try? FileManager.default.subpathsOfDirectory(atPath: replica)) ?? []
-            return files.contains { $0.hasSuffix(".ltx") }
-        }
-        return try ChildProcess(
+        // (The child's open waits for Litestream's first backup itself:
+        // ``Configuration/replicaOpenTimeout``.)
+        try ChildProcess(
             URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path,
             ["--testing-library", "swift-testing", "--filter", filter],
             environment: environment.merging(

@@ -124,17 +124,7 @@ final class ConnectionCore: @unchecked Sendable {
     /// connection's last snapshot in the same update (``commitFailed(startedFrom:)`` takes it
     /// back if the `COMMIT` fails).
     func endWrite(committing commit: UInt64? = nil) {
-        guard let commit else { return recordSnapshot(nil, tellingCheckpointer: false) }
-        guard hasRecordedSnapshot else { return }
-        hasRecordedSnapshot = false
-        record.update { record in
-            record.snapshot = nil
-            record.isBookmark = false
-            record.bookmarkUnsealed = 0
-            record.bookmarkUnnumbered = false
-            record.since = nil
-            record.lastSnapshot = commit
-        }
+        recordSnapshot(nil, tellingCheckpointer: false, lastSnapshot: commit)
     }
 
     /// The `COMMIT` of a transaction that started from `start` failed: the record's last
@@ -340,10 +330,12 @@ final class ConnectionCore: @unchecked Sendable {
     }
 
     /// Records the snapshot the connection now reads (`nil`: none), and tells the checkpointer
-    /// when a snapshot that may have pinned the WAL was released.
+    /// when a snapshot that may have pinned the WAL was released. `lastSnapshot` is what the
+    /// record shows as the connection's last commit when `commit` is `nil` (a writer's commit
+    /// about to be made).
     func recordSnapshot(
         _ commit: UInt64?, bookmark isBookmark: Bool = false, unsealed: Int64 = 0, unnumbered: Bool = false,
-        tellingCheckpointer: Bool = true
+        tellingCheckpointer: Bool = true, lastSnapshot: UInt64? = nil
     ) {
         guard commit != nil || hasRecordedSnapshot else { return }
         hasRecordedSnapshot = commit != nil
@@ -355,7 +347,7 @@ final class ConnectionCore: @unchecked Sendable {
             record.bookmarkUnsealed = unsealed
             record.bookmarkUnnumbered = isBookmark && unnumbered
             record.since = now
-            if let commit { record.lastSnapshot = commit }
+            if let last = commit ?? lastSnapshot { record.lastSnapshot = last }
             return released
         }
         if isBookmark && commit != nil { mayHoldBookmark = true }

@@ -139,7 +139,10 @@ public struct Configuration: Sendable {
     /// grows with the keys a commit touches, never with the values past this bound, and a
     /// commit that rewrites a gigabyte under a closure view neither writes its old values into
     /// the WAL again nor fails at SQLite's one-gigabyte limit for a blob.
-    public var viewRecordLimitBytes: Int = 4 << 20
+    public var viewRecordLimitBytes: Int = Self.defaultViewRecordLimitBytes
+
+    /// ``viewRecordLimitBytes`` by default: 4 MiB.
+    static let defaultViewRecordLimitBytes = 4 << 20
 
     /// How long opening a read replica on Litestream's VFS waits for a first backup at a
     /// `file://` replica URL (10 s by default): Litestream's VFS would wait for ever for one that

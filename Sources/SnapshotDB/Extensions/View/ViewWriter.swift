@@ -71,7 +71,7 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         self.membership = membership
         recordLimit =
             context.transaction?.core.database.configuration.viewRecordLimitBytes
-            ?? Configuration().viewRecordLimitBytes
+            ?? Configuration.defaultViewRecordLimitBytes
         if let transaction = context.transaction,
             let cache = transaction.core.database.extensionCaches.take(context.name, at: transaction.commit)
                 as? ViewWriterCache<Value>
