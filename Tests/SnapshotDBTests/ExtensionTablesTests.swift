@@ -46,7 +46,7 @@ struct ExtensionTablesTests {
     }
 
     /// The catalog records each extension's version behind its table format: a view's pages are
-    /// t5, an index's and a full-text index's tables t4. A change of tag rebuilds what is in a
+    /// t7, an index's and a full-text index's tables t4. A change of tag rebuilds what is in a
     /// file, so these strings are part of the file format.
     @Test func theCatalogRecordsEachKindsTableFormat() throws {
         try withTemporaryDatabase { db throws in
@@ -59,8 +59,8 @@ struct ExtensionTablesTests {
             #expect(
                 catalog == """
                     articleText|t4:1/title,body
-                    articlesByTitle|t5:1
-                    found|t5:\(SearchResultsViewTests.found.version)
+                    articlesByTitle|t7:1
+                    found|t7:\(SearchResultsViewTests.found.version)
                     people|t4:1/city:TEXT,age:INTEGER,score:REAL
 
                     """)

@@ -294,9 +294,22 @@ extension ReadWriteTransaction {
         let isStale = fileState?.staleCommit != nil
         let stored = try ExtensionCatalog.entries(handle: handle).first { $0.name == definition.name }
         let sameCollections = stored.map { $0.collections == definition.collections } ?? true
-        if let installed, installed.kind == definition.kind.rawValue,
-            installed.version == definition.storedVersion, !isStale, sameCollections
+        // Tables of a former format that still hold are recorded in this one, not rebuilt.
+        var formerHolds = false
+        if let installed, installed.kind == definition.kind.rawValue, !isStale, sameCollections,
+            installed.version == definition.formerStoredVersion
         {
+            formerHolds = try definition.formerFormatHolds(
+                try core.extensionContext(named: definition.name, transaction: self))
+        }
+        if let installed, installed.kind == definition.kind.rawValue,
+            installed.version == definition.storedVersion || formerHolds, !isStale, sameCollections
+        {
+            if installed.version != definition.storedVersion {
+                // Bookkeeping, not a commit: the view's rows are the same.
+                try ExtensionCatalog.record(definition, handle: handle)
+                wroteBookkeeping = true
+            }
             try definition.checkStored(try core.extensionContext(named: definition.name, transaction: self))
             // Built by the commit the file's state records (another process's, an earlier run's).
             setRegistered(definition, named: definition.name, builtAt: fileState?.registeredCommit)

@@ -80,6 +80,13 @@ protocol ExtensionDefinition: DatabaseExtension {
     /// definition (a view's order), when it is registered again over them; throws
     /// `extensionChanged` when they cannot. Nothing to check by default.
     func checkStored(_ context: ExtensionContext) throws(DatabaseError)
+    /// The tag this kind's tables had in an earlier release, when the tables of that format can
+    /// be taken over without a rebuild once ``formerFormatHolds(_:)`` says so; `nil` (the
+    /// default) rebuilds an extension found in any other format.
+    var formerTableFormat: String? { get }
+    /// Whether the tables the file holds in ``formerTableFormat`` mean the same in this format
+    /// (a view's: whether their order is this release's). `false` by default.
+    func formerFormatHolds(_ context: ExtensionContext) throws(DatabaseError) -> Bool
 }
 
 extension ExtensionDefinition {
@@ -88,6 +95,13 @@ extension ExtensionDefinition {
     func keepsItemsAfterForeignWrites(_ context: ExtensionContext) -> Bool { true }
 
     func checkStored(_ context: ExtensionContext) throws(DatabaseError) {}
+
+    var formerTableFormat: String? { nil }
+
+    func formerFormatHolds(_ context: ExtensionContext) throws(DatabaseError) -> Bool { false }
+
+    /// The version the catalog recorded for this version in ``formerTableFormat``.
+    var formerStoredVersion: String? { formerTableFormat.map { $0 + ":" + version } }
 
     /// The formats so far: the first had no tag (table names without the name's length); t2:
     /// table names carry it; t3: an index table is a rowid table; t4: an index's column indexes

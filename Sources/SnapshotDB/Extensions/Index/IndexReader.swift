@@ -32,7 +32,7 @@ public struct IndexReader {
 
     /// The items whose columns match `whereClause` (a SQL boolean expression over the index's
     /// columns, with `?` for each of `arguments`), sorted by `orderBy` (an `ORDER BY` list over
-    /// the columns; by collection and key in SQLite's byte order when `nil`, which is not
+    /// the columns; by collection and key in SQLite's byte order when `nil`, which is also
     /// `ViewItem`'s `<`), at most `limit` of them (`nil`: all).
     ///
     /// - Throws: `invalidQuery` for a fragment that names anything but the index's columns, is

@@ -195,6 +195,15 @@ extension ViewDefinition {
     func checkStored(_ context: ExtensionContext) throws(DatabaseError) {
         try ranking(context).checkStored(version: version)
     }
+
+    /// t5 and t6 broke ties with Swift's `String` `<`, which is this release's byte order for
+    /// NFC names only: a view of those formats is kept when all its items are NFC, and rebuilt
+    /// otherwise (its pages may hold a decomposed key in the order it arrived).
+    var formerTableFormat: String? { ViewPages.formerTableFormats[tableFormat] }
+
+    func formerFormatHolds(_ context: ExtensionContext) throws(DatabaseError) -> Bool {
+        try ViewPages.itemsAreNFC(prefix: context.tablePrefix, handle: context.handle)
+    }
 }
 
 extension View: ViewDefinition {

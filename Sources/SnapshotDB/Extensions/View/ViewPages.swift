@@ -40,12 +40,15 @@ final class ViewPages {
     static let cacheLimit = 4_096
     /// The distance between the positions of consecutive pages when positions are handed out.
     static let positionStep: Int64 = 1 << 32
-    /// The format tag of a view's tables (see ``ExtensionDefinition/tableFormat``): t5,
-    /// pages of items with their counts in memory, no tree of rows.
-    static let tableFormat = "t5"
-    /// The format tag of a keyed view's tables: t5's, with each item's sort key in its page
-    /// (``PageItems``).
-    static let keyedTableFormat = "t6"
+    /// The format tag of a view's tables (see ``ExtensionDefinition/tableFormat``): t7, pages
+    /// of items with their counts in memory, no tree of rows, ties in the items' byte order
+    /// (``ViewItem/<(_:_:)``). t5 had the same tables with ties in Swift's `String` order.
+    static let tableFormat = "t7"
+    /// The format tag of a keyed view's tables: t7's, with each item's sort key in its page
+    /// (``PageItems``). t6 was t5's with sort keys.
+    static let keyedTableFormat = "t8"
+    /// The tag a view's tables had before ties were broken by bytes, for each tag since.
+    static let formerTableFormats = [tableFormat: "t5", keyedTableFormat: "t6"]
 
     struct Page: Equatable {
         let id: Int64
@@ -254,6 +257,26 @@ final class ViewPages {
             items.append(ViewItem(collection: select.string(at: 0), key: select.string(at: 1)))
         }
         return items
+    }
+
+    /// Whether every item of the view with table prefix `prefix` is in Unicode's NFC form, in
+    /// both collection and key: then the order the view's former format (``formerTableFormats``)
+    /// gave its items, Swift's `String` `<`, is their byte order, and its tables can be kept.
+    /// Reads the map row by row; an ASCII name costs one pass over its bytes.
+    static func itemsAreNFC(prefix: String, handle: SQLiteHandle) throws(DatabaseError) -> Bool {
+        let select = try SQLiteStatement(
+            handle: handle, sql: sql(.allItems, prefix: prefix), persistent: false)
+        defer { select.reset() }
+        while try select.step() {
+            for column in 0..<2 where !isNFC(select.string(at: Int32(column))) { return false }
+        }
+        return true
+    }
+
+    /// Whether `name` is its own NFC form.
+    static func isNFC(_ name: String) -> Bool {
+        name.utf8.allSatisfy { $0 < 0x80 }
+            || name.precomposedStringWithCanonicalMapping.utf8.elementsEqual(name.utf8)
     }
 
     /// Removes every page of `group`, for a build of the group that follows: its items' map rows

@@ -11,13 +11,17 @@ public struct ViewItem: Hashable, Sendable, Comparable, CustomStringConvertible 
         self.key = key
     }
 
-    /// Orders items by collection, then key (Swift's `String` order): the tie-break of equal
-    /// values in a view. Two names that Swift's order holds equal but whose UTF-8 bytes differ
-    /// (`"é"` and `"e\u{301}"`: canonically equivalent, two keys in the database) come in the
-    /// order of their bytes.
+    /// Orders items by collection, then key, each by its UTF-8 bytes as SQLite's `BINARY`
+    /// collation compares them (a shorter prefix first).
+    ///
+    /// This is a strict total order, which Swift's `String` `<` is not: in Swift 6.3
+    /// `"A\u{30A}" == "Å"` and `"Å" < "Åa"`, yet neither of `"A\u{30A}"` and `"Åa"` is before the
+    /// other. A view whose ties were broken that way would hold such keys in the order they
+    /// arrived, so an upkeep and a rebuild could disagree and a binary search could miss. The
+    /// bytes are also the order of an index query without `orderBy` (`ORDER BY collection, key`
+    /// in SQLite). For keys in Unicode's NFC form (most text typed on a keyboard) the two orders
+    /// agree; decomposed keys (macOS file names) sort by their bytes.
     public static func < (lhs: ViewItem, rhs: ViewItem) -> Bool {
-        if lhs.collection != rhs.collection { return lhs.collection < rhs.collection }
-        if lhs.key != rhs.key { return lhs.key < rhs.key }
         let collections = compareUTF8(lhs.collection, rhs.collection)
         return collections != 0 ? collections < 0 : compareUTF8(lhs.key, rhs.key) < 0
     }
