@@ -99,14 +99,18 @@ final class Checkpointer: Sendable {
     /// Whether the database has a `-wal` of its own beside `path` (not a read replica, whose
     /// `path` names no file).
     let hasWAL: Bool
+    /// Whether this process may checkpoint the WAL at all: not when the database was opened
+    /// with ``Configuration/readOnly`` (no checkpoint is queued, and the close runs none).
+    let checkpoints: Bool
     let pageSize: Int
     let metrics: CheckpointMetrics
     let logger: Logger
 
     init(
         path: String, configuration: Configuration, pageSize: Int, handle: sending SQLiteHandle,
-        replicator: String? = nil, hasWAL: Bool = true
+        replicator: String? = nil, hasWAL: Bool = true, checkpoints: Bool = true
     ) {
+        self.checkpoints = checkpoints
         self.replicatorName = Mutex(replicator)
         self.hasReplicator = Atomic(replicator != nil)
         self.path = path
@@ -258,6 +262,7 @@ final class Checkpointer: Sendable {
 
     /// Queues one automatic checkpoint unless one is already queued.
     func requestCheckpoint(after delay: Duration? = nil) {
+        guard checkpoints else { return }
         let shouldQueue = state.withLock { state in
             guard !state.isQueued, !state.isClosed else { return false }
             state.isQueued = true

@@ -34,6 +34,22 @@ public struct Configuration: Sendable {
     /// database. (An existing empty file is still made a database.)
     public var createIfMissing = true
 
+    /// Whether the database is opened for reading only (`false` by default, as GRDB's
+    /// `readonly`): the file must exist and already be a SnapshotDB database, every handle is
+    /// opened with SQLite's `SQLITE_OPEN_READONLY`, and every write (a read-write transaction,
+    /// a registration that would build, a consumer's acknowledgement, `checkpoint`, `vacuum`,
+    /// `purgeHistory`) throws `readOnly`. The open changes no byte of the database or its `-wal`:
+    /// nothing is checkpointed, at the open, while open, or at the close (SQLite may still
+    /// create or update the `-shm`, the shared memory that readers coordinate through). Use it
+    /// to check a restore without writing to it.
+    ///
+    /// Extensions the file holds are read as a read replica reads them: registering one adopts
+    /// the file's tables when they are of the same kind and version, and throws `readOnly`
+    /// when they would have to be built. Commits of other processes are followed as usual,
+    /// but writes by foreign clients (the `sqlite3` shell) are not numbered here until a
+    /// writable open seals them.
+    public var readOnly = false
+
     /// The permission bits of a newly created database file (`-wal` and `-shm` inherit them);
     /// owner read/write only (`0o600`) by default. An existing file keeps its mode.
     public var fileMode: UInt16 = 0o600

@@ -91,8 +91,8 @@ extension Database {
                 metadata: ["reader_pid": "\(reader.processID)"])
         }
         let mode = checkpointing.closingCheckpoint(withForeignReaders: !foreignReaders.isEmpty)
-        // A read replica has no WAL of its own to checkpoint.
-        if role.hasWAL {
+        // A read replica has no WAL of its own to checkpoint; a read-only open checkpoints none.
+        if role.hasWAL && checkpointer.checkpoints {
             do {
                 _ = try checkpointer.runExplicitly(mode, database: self, patience: Checkpointer.resetWait)
             } catch {

@@ -188,7 +188,8 @@ extension Database {
     /// A new SQLite handle on this database, configured as every SnapshotDB handle is: on the
     /// file, or through the replica's VFS.
     func openHandle() throws(DatabaseError) -> SQLiteHandle {
-        let handle = try SQLiteHandle(path: replica?.name ?? path, vfs: replica?.vfs)
+        let handle = try SQLiteHandle(
+            path: replica?.name ?? path, readOnly: configuration.readOnly, vfs: replica?.vfs)
         #if DEBUG
             handle.faults = faults
         #endif
@@ -201,8 +202,13 @@ extension Database {
         return handle
     }
 
-    /// Throws `readOnly` on a read replica, which `operation` would write.
+    /// Throws `readOnly` on a read replica, or a database opened with ``Configuration/readOnly``,
+    /// which `operation` would write.
     func checkWritable(_ operation: String) throws(DatabaseError) {
+        if configuration.readOnly {
+            throw DatabaseError(
+                .readOnly, "\(operation) would write, and \(path) was opened with Configuration.readOnly")
+        }
         guard let replica else { return }
         throw DatabaseError(
             .readOnly,
@@ -342,6 +348,7 @@ struct ReplicaRole: DatabaseRole {
 
     var hasWAL: Bool { false }
     var writesTheFile: Bool { false }
+    var cannotWriteReason: String { "a read replica cannot build it; register it on the primary" }
     var comparesHistoryTokens: Bool { true }
     var handlesMayStopFollowing: Bool { true }
     var watcherPollInterval: Int32 { ForeignCommitWatcher.replicaPollInterval }

@@ -178,6 +178,9 @@ public final class Database: Sendable {
         -> OpenedFile
     {
         var fileState = try Schema.inspectFile(at: resolved, logger: configuration.checkpointLogger)
+        if configuration.readOnly {
+            try checkReadOnlyOpen(fileState, path: resolved)
+        }
         if case .missing = fileState {
             guard configuration.createIfMissing else {
                 throw DatabaseError(
@@ -206,7 +209,7 @@ public final class Database: Sendable {
         // missing one is left to SQLite's close, which removes the files the open created
         // without writing to the main file.
         let walHasFrames = Schema.fileSize(resolved + "-wal") > 0
-        let setup = try SQLiteHandle(path: resolved)
+        let setup = try SQLiteHandle(path: resolved, readOnly: configuration.readOnly)
         if walHasFrames { setup.setCheckpointsOnClose(false) }
         setup.setBusyTimeout(milliseconds: configuration.busyTimeoutMilliseconds)
         try Schema.prepare(setup, path: resolved, logger: configuration.checkpointLogger)
@@ -231,12 +234,32 @@ public final class Database: Sendable {
             isReadOnly: setup.isReadOnly)
     }
 
+    /// Refuses a read-only open (``Configuration/readOnly``) of a file that is not a SnapshotDB
+    /// database yet: making it one would write.
+    private static func checkReadOnlyOpen(_ state: Schema.FileState, path: String) throws(DatabaseError) {
+        switch state {
+        case .missing:
+            throw DatabaseError(
+                .cannotOpen,
+                "no database at \(path): the file does not exist, and Configuration.readOnly opens only an "
+                    + "existing database (nothing was created)")
+        case .new, .interruptedCreation, .emptyCandidate:
+            throw DatabaseError(
+                .readOnly,
+                "\(path) is not a SnapshotDB database yet, and Configuration.readOnly forbids writing its "
+                    + "schema; open it once without readOnly (nothing was changed)")
+        case .snapshotDB:
+            break
+        }
+    }
+
     /// Makes the `Database` of an opened file (`replica == nil`) or read replica, whose `path`
     /// is claimed.
     init(path: String, replica: Replica?, opened: OpenedFile, configuration: Configuration) {
         self.path = path
         self.replica = replica
-        self.role = replica.map { ReplicaRole(replica: $0) } ?? PrimaryRole()
+        self.role =
+            replica.map { ReplicaRole(replica: $0) } ?? PrimaryRole(writesTheFile: !configuration.readOnly)
         self.configuration = configuration
         self.identity = opened.identity
         self.foreignCommitWatcher = ForeignCommitWatcher(
@@ -253,7 +276,8 @@ public final class Database: Sendable {
         writer.lock.setIdleHandler { [writerTurns] in writerTurns.releaseCarried() }
         self.checkpointer = Checkpointer(
             path: path, configuration: configuration, pageSize: opened.pageSize, handle: opened.setup,
-            replicator: opened.checkpointing.replicator, hasWAL: role.hasWAL)
+            replicator: opened.checkpointing.replicator, hasWAL: role.hasWAL,
+            checkpoints: !configuration.readOnly)
         self.commitDispatcher = CommitDispatcher(
             knownSnapshot: knownSnapshot, writerTurns: writerTurns, extensionCaches: extensionCaches,
             checkpointer: checkpointer, historyPurger: commitLog.purger)

@@ -16,6 +16,8 @@ protocol DatabaseRole: Sendable {
     /// Whether this process writes the file: seals foreign writes, builds extensions. A replica's
     /// writes are its primary's to make.
     var writesTheFile: Bool { get }
+    /// Why an open that does not write the file cannot make a write, and where to make it.
+    var cannotWriteReason: String { get }
     /// Whether a snapshot is told apart from another history's by the token of its history row
     /// (a replica, whose primary may be put back to an older commit), rather than by its counter
     /// and WAL-index header alone. The commit log then keeps each commit's token.
@@ -39,8 +41,13 @@ protocol DatabaseRole: Sendable {
 
 /// The primary: this process writes the file, numbers foreign writes, checkpoints its WAL.
 struct PrimaryRole: DatabaseRole {
+    /// `false` when opened with ``Configuration/readOnly``: the file is read as a replica reads
+    /// its own (extensions adopted, foreign writes left unsealed).
+    var writesTheFile = true
     var hasWAL: Bool { true }
-    var writesTheFile: Bool { true }
+    var cannotWriteReason: String {
+        "it was opened with Configuration.readOnly; register it in an open that writes the file"
+    }
     var comparesHistoryTokens: Bool { false }
     var handlesMayStopFollowing: Bool { false }
     var watcherPollInterval: Int32 { ForeignCommitWatcher.pollInterval }

@@ -37,11 +37,17 @@ extension Database {
                 return try ExtensionCatalog.state(definition.name, handle: txn.core.handle())?
                     .registeredCommit
             }
+        } catch let error as DatabaseError where error.code == .extensionConflict {
+            throw DatabaseError(
+                .readOnly,
+                "extension '\(definition.name)' is built in \(path) in another kind or version than "
+                    + "\(definition.kind) version '\(definition.version)', and this open cannot build it: "
+                    + role.cannotWriteReason, cause: error)
         } catch let error as DatabaseError where error.code == .unknownExtension {
             throw DatabaseError(
                 .readOnly,
-                "extension '\(definition.name)' is not built in the replica \(path) (its newest commit is "
-                    + "\(latestCommit)); a replica cannot build it: register it on the primary", cause: error)
+                "extension '\(definition.name)' is not built in \(path) (its newest commit is \(latestCommit)), "
+                    + "and this open cannot build it: \(role.cannotWriteReason)", cause: error)
         } catch let error as DatabaseError {
             throw error
         } catch {
