@@ -243,6 +243,17 @@ func views(db: Database, ui: Connection, writer: Connection) throws -> View<Note
 }
 // end readme-snippet: views
 
+// readme-snippet: liveview
+func liveView(db: Database) async throws {
+    var rows: [String: [ViewItem]] = [:]
+    for try await update in db.observe(view: "byTitle") {  // the rows, then every change
+        rows = update.isReload ? update.rows ?? [:] : ViewRowChange.apply(update.changes, to: rows) ?? [:]
+        let milk = try update.read { try $0.value(forKey: "n1", inCollection: "notes", as: Note.self) }
+        print(update.commit, rows["inbox"]?.count ?? 0, milk?.title ?? "removed")
+    }
+}
+// end readme-snippet: liveview
+
 // readme-snippet: keyed
 func keyed(db: Database, writer: Connection) throws -> ViewItem? {
     let byFolderThenTitle = View<Note>(

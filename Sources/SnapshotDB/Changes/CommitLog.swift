@@ -53,6 +53,8 @@ final class CommitLog: Sendable {
         /// How many times the log was marked (see ``foreignHistoryMarks``).
         var foreignMarks = 0
         var subscribers = Subscribers<Changeset>(finishesOverflowingStreams: true)
+        /// Observers of single extensions (live views), woken by the commits that change them.
+        var extensionWakers = ExtensionWakers()
         /// Set when the database closed (``unsubscribeAll()``): no subscriber is taken after.
         var closedToSubscribers = false
     }
@@ -113,6 +115,7 @@ final class CommitLog: Sendable {
             Self.markForeignHistory(in: &state)
             guard isNew else { return [] }
             state.lastForeignWake = commit
+            state.extensionWakers.wakeAll()
             return state.subscribers.removeStreams(notifyingObservers: .external(commit...commit))
         }
     }
@@ -126,6 +129,7 @@ final class CommitLog: Sendable {
         state.withLock { state in
             guard commit <= state.foreignThrough, commit != state.lastForeignWake else { return [] }
             state.lastForeignWake = commit
+            state.extensionWakers.wakeAll()
             return state.subscribers.removeStreams(notifyingObservers: .external(commit...commit))
         }
     }
@@ -316,6 +320,7 @@ final class CommitLog: Sendable {
             state.entries.append(changeset)
             state.bytes += changeset.approximateBytes
             result.overflowed += state.subscribers.deliver(changeset)
+            state.extensionWakers.wake(for: changeset)
         }
         state.latestCommit = commit
         publishedCommit.store(commit, ordering: .sequentiallyConsistent)
@@ -419,9 +424,23 @@ final class CommitLog: Sendable {
 
     /// Removes every subscriber and returns their streams, to finish once no lock is held.
     func unsubscribeAll() -> [AsyncStream<Changeset>.Continuation] {
-        state.withLock { state in
+        let (streams, wakers) = state.withLock { state in
             state.closedToSubscribers = true
-            return state.subscribers.removeAll()
+            return (state.subscribers.removeAll(), state.extensionWakers.removeAll())
         }
+        for waker in wakers { waker.finish() }
+        return streams
+    }
+
+    /// Adds a wake-up for the commits that change extension `name` (see ``ExtensionWakers``);
+    /// `nil` once the database closed.
+    func addWaker(for name: String, _ continuation: AsyncStream<Void>.Continuation) -> Int? {
+        state.withLock { $0.closedToSubscribers ? nil : $0.extensionWakers.add(name, continuation) }
+    }
+
+    /// Removes the wake-up `id` of `name`.
+    func removeWaker(for name: String, _ id: Int) {
+        let removed = state.withLock { $0.extensionWakers.remove(name, id) }
+        removed?.finish()
     }
 }

@@ -68,7 +68,7 @@ extension Database {
 
     /// Reads with `read` when the caller asks for an element: first the current value, then
     /// again after each relevant commit, yielding when the bytes `read` reports changed.
-    private func observeChanges<Element: Sendable>(
+    func observeChanges<Element: Sendable>(
         isRelevant: @escaping @Sendable (Changeset) -> Bool,
         read: @escaping @Sendable (ReadTransaction) throws -> (Data?, Element)
     ) -> AsyncThrowingStream<Element, any Error> {

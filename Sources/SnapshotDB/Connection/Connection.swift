@@ -42,6 +42,14 @@ public final class Connection: Sendable {
         record.update { $0.connection = self }
     }
 
+    /// Makes this connection's bookmark leave the commit log free to drop changesets it has not
+    /// been given yet: an advance past what the log still holds returns one external changeset
+    /// (a reload) instead of every changeset. For a live view's connection, whose consumer may
+    /// sleep for ever: its memory stays bounded (``Database/observe(view:range:)``).
+    func stopsPinningCommitLog() {
+        record.update { $0.pinsCommitLog = false }
+    }
+
     /// Asks the connection to take its bookmark at `commit` again (see
     /// ``ConnectionCore/reseatBookmark(at:)``) on its queue; the caller waits for the returned
     /// attempt, which says `.skipped` when the connection stayed busy past the deadline or its

@@ -90,11 +90,15 @@ struct SnapshotRecord: Sendable {
     weak var connection: Connection?
     /// Set when the connection was released: the record pins nothing any more.
     var retired = false
+    /// Whether the connection's bookmark keeps the commit log's changesets for its next advance;
+    /// not a live view's (``Connection/stopsPinningCommitLog()``).
+    var pinsCommitLog = true
 
     init(name: String) { self.name = name }
 
     /// The oldest commit whose changeset this connection may still ask the commit log for.
     var commitLogPin: UInt64? {
+        guard pinsCommitLog else { return nil }
         let bookmark = isBookmark ? snapshot : nil
         switch (bookmark, deliveredThrough) {
         case (let bookmark?, let delivered?): return min(bookmark, delivered)
