@@ -332,6 +332,38 @@ struct LiveViewTests {
         }
     }
 
+    /// Observations of a view a commit does not touch cost that commit nothing per
+    /// observation: 1,000 of them, and 100 commits of another view's values, wake none (and a
+    /// commit of the observed view wakes each once).
+    @Test func commitsWakeOnlyTheObservationsOfTheViewsTheyChange() async throws {
+        try await withTemporaryDatabase { db async throws in
+            let other = View<Item>(
+                name: "items", version: "1", collections: ["items"], group: { _, _, _ in "all" },
+                areInIncreasingOrder: { $0.title < $1.title })
+            try db.register(Self.byTitle, other)
+            let writer = db.newConnection(name: "writer")
+            var observations: [ViewObservation.Iterator] = []
+            for _ in 0..<1_000 {
+                var iterator = db.observe(view: "byTitle").makeAsyncIterator()
+                _ = try await iterator.next()
+                observations.append(iterator)
+            }
+            let before = db.debugCounters.value(.observationsWoken)
+            for index in 0..<100 {
+                try Self.write(writer) {
+                    try $0.set(Item(title: "\(index)"), forKey: "\(index)", inCollection: "items")
+                }
+            }
+            #expect(db.debugCounters.value(.observationsWoken) == before)
+            try Self.write(writer) {
+                try $0.set(
+                    Note(title: "a", folder: "inbox", archived: false), forKey: "n", inCollection: "notes")
+            }
+            #expect(db.debugCounters.value(.observationsWoken) == before + 1_000)
+            observations.removeAll()
+        }
+    }
+
     /// Cancelling the task that iterates ends the observation and releases its bookmark: the
     /// WAL can be reset again. A commit that touches no observed view wakes no observation.
     @Test func cancellingReleasesTheBookmarkAndUntouchedViewsAreNotWoken() async throws {

@@ -219,6 +219,8 @@ final class CommitLog: Sendable {
         var found: [Changeset] = []
         var overflowed: [AsyncStream<Changeset>.Continuation] = []
         var needsTrim = false
+        /// How many live-view observations the changesets woke (see ``ExtensionWakers``).
+        var woken = 0
     }
 
     /// Appends every commit up to `commit` to the log and delivers it: the pending local one
@@ -320,7 +322,7 @@ final class CommitLog: Sendable {
             state.entries.append(changeset)
             state.bytes += changeset.approximateBytes
             result.overflowed += state.subscribers.deliver(changeset)
-            state.extensionWakers.wake(for: changeset)
+            result.woken += state.extensionWakers.wake(for: changeset)
         }
         state.latestCommit = commit
         publishedCommit.store(commit, ordering: .sequentiallyConsistent)

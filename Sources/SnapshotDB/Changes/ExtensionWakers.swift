@@ -28,33 +28,34 @@ struct ExtensionWakers {
         return removed
     }
 
-    /// Wakes the observers of the extensions `changeset` changed.
-    func wake(for changeset: Changeset) {
-        guard !byName.isEmpty else { return }
+    /// Wakes the observers of the extensions `changeset` changed; returns how many.
+    func wake(for changeset: Changeset) -> Int {
+        guard !byName.isEmpty else { return 0 }
         let changes = changeset.extensionChanges
-        if changeset.isExternal || changes.resetsAll {
-            wakeAll()
-            return
-        }
+        if changeset.isExternal || changes.resetsAll { return wakeAll() }
+        var woken = 0
         // The smaller side drives the loop: a commit touches few extensions, and few are watched.
         if changes.byName.count + changes.reset.count <= byName.count {
-            for name in changes.byName.keys { wake(name) }
-            for name in changes.reset where changes.byName[name] == nil { wake(name) }
+            for name in changes.byName.keys { woken += wake(name) }
+            for name in changes.reset where changes.byName[name] == nil { woken += wake(name) }
         } else {
             for name in byName.keys where changes.byName[name] != nil || changes.reset.contains(name) {
-                wake(name)
+                woken += wake(name)
             }
         }
+        return woken
     }
 
-    private func wake(_ name: String) {
-        guard let continuations = byName[name] else { return }
+    private func wake(_ name: String) -> Int {
+        guard let continuations = byName[name] else { return 0 }
         for continuation in continuations.values { continuation.yield() }
+        return continuations.count
     }
 
-    /// Wakes every observer (changes unknown).
-    func wakeAll() {
-        for name in byName.keys { wake(name) }
+    /// Wakes every observer (changes unknown); returns how many.
+    @discardableResult
+    func wakeAll() -> Int {
+        byName.keys.reduce(0) { $0 + wake($1) }
     }
 
     /// Removes every wake-up and returns them, to be finished outside the lock.

@@ -98,6 +98,7 @@ extension Database {
     private func publish(through commit: UInt64, loaded: [History.Entry]) {
         debugCounters.count(.publishSteps)
         let result = commitLog.publish(through: commit, loaded: loaded)
+        debugCounters.count(.observationsWoken, result.woken)
         // Finishing runs the stream's termination handler, which takes the log's lock.
         for continuation in result.overflowed { continuation.finish() }
         if result.needsTrim { commitLog.trim(oldestPinned: { commitLogPins.oldest }) }

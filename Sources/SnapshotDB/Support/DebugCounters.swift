@@ -16,6 +16,8 @@ final class DebugCounters: Sendable {
         case publishSteps
         /// The checkpointer told of a commit (``Checkpointer/commitDidHappen(_:in:)``).
         case checkpointerToldOfCommits
+        /// A live view's observation woken by a published commit (``ExtensionWakers``).
+        case observationsWoken
     }
 
     #if DEBUG
@@ -24,6 +26,7 @@ final class DebugCounters: Sendable {
         private let commitEventsDispatched = Atomic<Int>(0)
         private let publishSteps = Atomic<Int>(0)
         private let checkpointerToldOfCommits = Atomic<Int>(0)
+        private let observationsWoken = Atomic<Int>(0)
 
         private func atomic<T>(_ counter: Counter, _ body: (borrowing Atomic<Int>) -> T) -> T {
             switch counter {
@@ -31,6 +34,7 @@ final class DebugCounters: Sendable {
             case .commitEventsDispatched: body(commitEventsDispatched)
             case .publishSteps: body(publishSteps)
             case .checkpointerToldOfCommits: body(checkpointerToldOfCommits)
+            case .observationsWoken: body(observationsWoken)
             }
         }
     #endif
