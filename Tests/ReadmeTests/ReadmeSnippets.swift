@@ -136,6 +136,28 @@ func errors(writer: Connection) throws {
 }
 // end readme-snippet: errors
 
+// readme-snippet: migration
+func migration(migratedPath: String) throws -> Database {
+    struct NoteV1: Codable, Sendable {  // the old shape
+        var title: String
+        var text: String
+    }
+    struct NoteV2: Codable, Sendable {  // `text` renamed
+        var title: String
+        var body: String
+    }
+    var migrator = Migrator()
+    migrator.register("rename-text-to-body") { txn in
+        try txn.rewriteValues(inCollection: "drafts", from: NoteV1.self, to: NoteV2.self) { key, old in
+            NoteV2(title: old.title, body: old.text)  // nil would remove the value
+        }
+    }
+    migrator.register("drafts-to-notes") { txn in try txn.renameCollection("drafts", to: "notes-v2") }
+    let migrated = try Database(path: migratedPath, migrator: migrator)  // or try migrator.migrate(db)
+    return migrated
+}
+// end readme-snippet: migration
+
 // readme-snippet: history
 func history(reader: Connection) throws {
     let saved = try reader.read { try $0.position() }  // a HistoryPosition; save its description

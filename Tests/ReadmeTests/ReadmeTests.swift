@@ -120,6 +120,18 @@ struct ReadmeTests {
         #expect(try ui.read { try $0.count(inCollection: "notes") } == 3)
         #expect(try ui.read { try $0.value(forKey: "1", inCollection: "items", as: Item.self) }?.title == "b")
         try db.close()
+        // The migration block, on a file with a draft in the old shape.
+        do {
+            let old = try Database(path: "migrate.sqlite")
+            try old.newConnection().readWrite {
+                try $0.set(["title": "t", "text": "x"], forKey: "d1", inCollection: "drafts")
+            }
+        }
+        let migrated = try migration(migratedPath: "migrate.sqlite")
+        #expect(
+            try migrated.newConnection().read {
+                try $0.value(forKey: "d1", inCollection: "notes-v2", as: [String: String].self)
+            } == ["title": "t", "body": "x"])
         print("README BLOCKS RAN")
     }
 }

@@ -106,6 +106,11 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         /// ``Database/existingConsumer(named:)`` found no consumer of that name in the file (a
         /// typo, or one removed): the message names the consumers the file has.
         public static let unknownConsumer = Code("unknownConsumer")
+        /// The file records migrations that this ``Migrator`` does not have: a newer release of
+        /// the app migrated it, and this one would write values in a shape that release no
+        /// longer reads (as GRDB's `hasBeenSuperseded`). The message names them. Nothing was
+        /// written.
+        public static let migrationsSuperseded = Code("migrationsSuperseded")
         /// A consumer's batch was acknowledged after another runner of the same consumer had
         /// already moved its position past the batch's start (two processes, or two loops, run
         /// one consumer): the batch was applied there, and the transaction must not commit.

@@ -23,6 +23,12 @@ enum SQL: Int, CaseIterable {
     case deleteCollection
     case deleteAll
     case keys
+    /// At most `?3` keys of collection `?1` after key `?2`, in order: a batch of a walk that
+    /// holds no statement open between batches (``ReadTransaction/forEachBatch(inCollection:as:batchSize:_:)``).
+    case keysAfter
+    /// The first batch of that walk: at most `?3` keys of collection `?1` from key `?2` (the
+    /// empty key, which sorts before every other).
+    case keysFrom
     case count
     case collections
     case enumerate
@@ -92,6 +98,12 @@ enum SQL: Int, CaseIterable {
         case .deleteCollection: return "DELETE FROM snapshotdb_values WHERE collection = ?1"
         case .deleteAll: return "DELETE FROM snapshotdb_values"
         case .keys: return "SELECT key FROM snapshotdb_values WHERE collection = ?1 ORDER BY key"
+        case .keysAfter:
+            return
+                "SELECT key FROM snapshotdb_values WHERE collection = ?1 AND key > ?2 ORDER BY key LIMIT ?3"
+        case .keysFrom:
+            return
+                "SELECT key FROM snapshotdb_values WHERE collection = ?1 AND key >= ?2 ORDER BY key LIMIT ?3"
         case .count: return "SELECT count(*) FROM snapshotdb_values WHERE collection = ?1"
         case .collections: return "SELECT DISTINCT collection FROM snapshotdb_values ORDER BY collection"
         case .enumerate:

@@ -111,6 +111,25 @@ final class ExtensionWriters {
         try run(nil) { writer throws(DatabaseError) in try writer.willRemoveAllCollections() }
     }
 
+    /// The extensions whose upkeep a migration deferred (``deferUpkeep()``).
+    private var deferred: [any ExtensionDefinition] = []
+
+    /// A migration begins: the extensions this transaction keeps are not kept value by value
+    /// any more; the migration's end rebuilds those it touched (``endDeferredUpkeep()``).
+    func deferUpkeep() {
+        deferred = core.database.extensionDefinitions().filter { !excluded.contains($0.name) }
+        excluded.formUnion(deferred.map(\.name))
+        definitions = nil
+    }
+
+    /// A migration ended: returns the extensions whose upkeep it deferred, kept again from now.
+    func endDeferredUpkeep() -> [any ExtensionDefinition] {
+        defer { deferred = [] }
+        excluded.subtract(deferred.map(\.name))
+        definitions = nil
+        return deferred
+    }
+
     /// Fills `definition`'s new, empty tables from the values (its registration).
     func rebuild(_ definition: any ExtensionDefinition, context: ExtensionContext) throws(DatabaseError) {
         try rebuild([(definition, context)])
