@@ -50,6 +50,22 @@ struct LiveViewTests {
         try connection.read(body)
     }
 
+    struct TimedOut: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    /// Waits for background work (the observation's task, the checkpointer's queue) to make
+    /// `condition` true, looking every 10 ms for at most 20 s.
+    static func eventually(_ what: String, _ condition: () throws -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while try !condition() {
+            guard ContinuousClock.now < deadline else {
+                throw TimedOut(description: "timed out waiting for \(what)")
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
     static func rows(_ txn: ReadTransaction) throws -> [String: [ViewItem]] {
         ViewTests.rows(try txn.view(named: "byTitle"))
     }
@@ -364,6 +380,47 @@ struct LiveViewTests {
         }
     }
 
+    /// An observation waiting for its next update holds no snapshot: a view that commits do not
+    /// touch does not keep checkpoints from completing, nor the WAL from being reset.
+    @Test func anObservationWaitingForAnUpdatePinsNothing() async throws {
+        try await withTemporaryDatabase { db async throws in
+            try db.register(Self.byTitle)
+            let writer = db.newConnection(name: "writer")
+            try Self.write(writer) {
+                try $0.set(
+                    Note(title: "b", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
+            }
+            var updates = db.observe(view: "byTitle").makeAsyncIterator()
+            let first = try #require(try await updates.next())
+            // While the consumer holds its update, the update's snapshot is held.
+            #expect(
+                db.snapshotRecords().records.contains { $0.name == "observe(view: byTitle)" && $0.isBookmark }
+            )
+            // Asking for the next one releases it: the next commit of the view wakes it.
+            let waiting = Task { [updates] in
+                var updates = updates
+                return try await updates.next()?.commit
+            }
+            try await Self.eventually("the observation's snapshot released") {
+                !db.snapshotRecords().records.contains {
+                    $0.name == "observe(view: byTitle)" && $0.snapshot != nil
+                }
+            }
+            for index in 0..<20 {
+                try Self.write(writer) {
+                    try $0.set(Item(title: "\(index)"), forKey: "\(index)", inCollection: "other")
+                }
+            }
+            #expect(try db.checkpoint(.truncate).isComplete)
+            try Self.write(writer) {
+                try $0.set(
+                    Note(title: "c", folder: "inbox", archived: false), forKey: "n2", inCollection: "notes")
+            }
+            #expect(try await waiting.value == db.latestCommit)
+            #expect(first.commit < db.latestCommit)
+        }
+    }
+
     /// Cancelling the task that iterates ends the observation and releases its bookmark: the
     /// WAL can be reset again. A commit that touches no observed view wakes no observation.
     @Test func cancellingReleasesTheBookmarkAndUntouchedViewsAreNotWoken() async throws {
@@ -385,9 +442,7 @@ struct LiveViewTests {
             }
             var iterator = started.stream.makeAsyncIterator()
             await iterator.next()
-            #expect(
-                db.snapshotRecords().records.contains { $0.name == "observe(view: byTitle)" && $0.isBookmark }
-            )
+            #expect(db.snapshotRecords().records.contains { $0.name == "observe(view: byTitle)" })
             for index in 0..<5 {
                 try Self.write(writer) {
                     try $0.set(Item(title: "\(index)"), forKey: "x\(index)", inCollection: "other")
@@ -395,7 +450,10 @@ struct LiveViewTests {
             }
             task.cancel()
             #expect(try await task.value == 1)
-            #expect(!db.snapshotRecords().records.contains { $0.isBookmark })
+            // Its connection is gone with it.
+            try await Self.eventually("the observation's connection released") {
+                !db.snapshotRecords().records.contains { $0.name == "observe(view: byTitle)" }
+            }
             #expect(try db.checkpoint(.truncate).isComplete)
         }
     }

@@ -104,8 +104,11 @@ private final class Replicator {
     /// Waits (at most `seconds`) until the replica holds a file: Litestream's first sync.
     static func waitForReplica(_ replica: String, seconds: Double = 120) throws {
         let deadline = Date(timeIntervalSinceNow: seconds)
-        while !(FileManager.default.subpaths(atPath: replica) ?? []).contains(where: { $0.hasSuffix(".ltx") }) {
-            guard Date() < deadline else { throw BenchmarkCheckFailed(description: "litestream never synced") }
+        while !(FileManager.default.subpaths(atPath: replica) ?? []).contains(where: { $0.hasSuffix(".ltx") })
+        {
+            guard Date() < deadline else {
+                throw BenchmarkCheckFailed(description: "litestream never synced")
+            }
             Thread.sleep(forTimeInterval: 0.02)
         }
     }
@@ -137,7 +140,9 @@ private func commitRun(_ context: SuiteContext, name: String, commits: Int, lite
     }
     defer { replicator?.stop() }
     if replicator != nil {
-        try writer.readWrite { try $0.setData(benchmarkPayload(stamp: 1), forKey: benchmarkKey(0), inCollection: "bench") }
+        try writer.readWrite {
+            try $0.setData(benchmarkPayload(stamp: 1), forKey: benchmarkKey(0), inCollection: "bench")
+        }
         try Replicator.waitForReplica(replica)
     }
     let elapsed = try timed {
@@ -216,7 +221,8 @@ private func restoreTime(_ context: SuiteContext, litestream: String, megabytes:
         }
     }
     let replicator = try Replicator(
-        litestream, database: path, replica: replica, log: context.directory.appendingPathComponent("big.log"))
+        litestream, database: path, replica: replica, log: context.directory.appendingPathComponent("big.log")
+    )
     try writer.readWrite { try $0.setData(value, forKey: "last", inCollection: "marker") }
     try Replicator.waitForReplica(replica, seconds: 600)
     // The whole database is in the replica once a restore gives the last commit.
@@ -238,7 +244,9 @@ private func restoreTime(_ context: SuiteContext, litestream: String, megabytes:
             try copy.close()
             if commit == latest { break }
         }
-        guard Date() < deadline else { throw BenchmarkCheckFailed(description: "r-restore: the replica never caught up") }
+        guard Date() < deadline else {
+            throw BenchmarkCheckFailed(description: "r-restore: the replica never caught up")
+        }
         Thread.sleep(forTimeInterval: 0.5)
     }
     replicator.stop()

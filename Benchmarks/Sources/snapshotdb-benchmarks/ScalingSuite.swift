@@ -271,6 +271,71 @@ func runScalingSuite(_ context: SuiteContext) throws -> SuiteReport {
         report.verdict("1,000 idle ≤ 1.5× 1 idle", times[2] <= 1.5 * times[0], to: &row)
         report.rows.append(row)
     }
+    if context.wants("live-commit") {
+        // Issue 46: a commit wakes only the observations of the views it changed, so live
+        // observations of another view must not cost it anything per observation.
+        let steps = [0, 100, 1_000]
+        var rounds: [[(median: Double, p99: Double)]] = steps.map { _ in [] }
+        for _ in 0..<(quick ? 1 : 3) {
+            for (index, observations) in steps.enumerated() {
+                context.progress("(live-commit) \(grouped(observations)) live observations of another view")
+                rounds[index].append(
+                    try bench.commitBesideLiveObservations(observations, commits: quick ? 300 : 1_000))
+            }
+        }
+        let medians = rounds.map { medianOf($0.map(\.median)) }
+        let p99s = rounds.map { medianOf($0.map(\.p99)) }
+        var row = SuiteRow(
+            id: "live-commit",
+            title:
+                "one-row commit of a view's values (median, p99) with 0 / 100 / 1,000 live observations of another view",
+            n: 1_000,
+            cells: [
+                "step 1": "\(format(seconds: medians[0])) (\(format(seconds: p99s[0])))",
+                "step 2": "\(format(seconds: medians[1])) (\(format(seconds: p99s[1])))",
+                "step 3": "\(format(seconds: medians[2])) (\(format(seconds: p99s[2])))",
+                "growth per step": format(ratio: growth(medians)),
+            ])
+        report.verdict("1,000 ≤ 1.5× none (median)", medians[2] <= 1.5 * medians[0], to: &row)
+        report.rows.append(row)
+    }
+    if context.wants("live-yield") {
+        // Issue 46: from a commit's start to the observation's update, in this process; the
+        // commit alone beside it, so that the ratio says what the observation adds.
+        context.progress("(live-yield) commit to update")
+        let (yieldMedian, yieldP99, commitMedian) = try bench.commitToUpdate(commits: quick ? 300 : 1_000)
+        var row = SuiteRow(
+            id: "live-yield",
+            title:
+                "from a one-row commit's start to its live view update: median, p99, and the commit alone (median)",
+            n: quick ? 300 : 1_000,
+            cells: [
+                "step 1": format(seconds: yieldMedian), "step 2": format(seconds: yieldP99),
+                "step 3": format(seconds: commitMedian),
+                "growth per step": format(ratio: yieldMedian / max(commitMedian, 1e-12)),
+            ])
+        row.verdicts = [
+            "no target: update median over commit median \(format(ratio: yieldMedian / commitMedian))"
+        ]
+        report.rows.append(row)
+    }
+    if context.wants("live-mem") {
+        let commits = quick ? 10_000 : 100_000
+        context.progress("(live-mem) a live view's consumer never reads for \(grouped(commits)) commits")
+        let (baseline, lagging, after) = try bench.memoryWithIdleObservation(commits: commits)
+        let mib = { (bytes: Double) in String(format: "%.1f MiB", bytes / 1_048_576) }
+        var row = SuiteRow(
+            id: "live-mem",
+            title:
+                "resident memory: before; a live view's consumer not reading for \(grouped(commits)) commits; after its next update",
+            n: commits,
+            cells: [
+                "step 1": mib(baseline), "step 2": mib(lagging), "step 3": mib(after),
+                "growth per step": format(ratio: lagging / baseline),
+            ])
+        report.verdict("not reading ≤ before + 8 MiB", lagging <= baseline + 8 * 1_048_576, to: &row)
+        report.rows.append(row)
+    }
     if context.wants("mem-laggard") {
         let commits = quick ? 10_000 : 100_000
         context.progress("(mem-laggard) a bookmark lags \(grouped(commits)) commits")
@@ -297,12 +362,12 @@ final class ScalingBench {
 
     init(context: SuiteContext) { self.context = context }
 
-    private func newPath(_ name: String) -> String {
+    func newPath(_ name: String) -> String {
         counter += 1
         return context.freshPath("scaling-\(name)-\(counter).sqlite")
     }
 
-    private func open(
+    func open(
         _ path: String, sync: SnapshotDB.Configuration.Synchronous = .normal,
         configure: (inout SnapshotDB.Configuration) -> Void = { _ in }
     ) throws -> SnapshotDB.Database {

@@ -46,7 +46,8 @@ func runViewSuite(_ context: SuiteContext) throws -> SuiteReport {
         ])
     let n = context.quick ? 50_000 : 1_000_000
     let wanted = [
-        "v-build", "v-build-key", "v-commit", "v-commit-key", "v-commit-normal", "v-commit-normal-key", "v-open",
+        "v-build", "v-build-key", "v-commit", "v-commit-key", "v-commit-normal", "v-commit-normal-key",
+        "v-open",
         "v-item", "v-index", "v-changes-1", "v-changes-100", "v-load",
     ]
     guard wanted.contains(where: context.wants) else { return report }
@@ -272,7 +273,9 @@ final class ViewBench {
 
     /// Loads `count` notes into a new database whose view is registered, and into another that
     /// registers the view after the load; returns both totals.
-    func loadComparison(count: Int, round: Int) throws -> (registeredFirst: Duration, registeredAfter: Duration) {
+    func loadComparison(count: Int, round: Int) throws -> (
+        registeredFirst: Duration, registeredAfter: Duration
+    ) {
         var generator = SplitMix64(seed: 40 + UInt64(round))
         let notes = (0..<count).map { ViewNote(title: viewTitle(&generator), folder: Self.folder($0)) }
         func load(_ db: SnapshotDB.Database) throws {

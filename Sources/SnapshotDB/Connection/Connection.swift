@@ -42,6 +42,12 @@ public final class Connection: Sendable {
         record.update { $0.connection = self }
     }
 
+    /// Releases the bookmark's snapshot but keeps its place in the commits: see
+    /// ``ConnectionCore/parkBookmark()``.
+    func parkBookmark() throws {
+        try serialized { $0.parkBookmark() }
+    }
+
     /// Makes this connection's bookmark leave the commit log free to drop changesets it has not
     /// been given yet: an advance past what the log still holds returns one external changeset
     /// (a reload) instead of every changeset. For a live view's connection, whose consumer may

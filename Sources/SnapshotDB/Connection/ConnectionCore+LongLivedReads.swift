@@ -86,6 +86,20 @@ extension ConnectionCore {
         return .lost
     }
 
+    /// Ends the bookmark's SQLite read transaction but keeps what it was given
+    /// (`deliveredThrough`): the next ``beginLongLivedReadTransaction()`` begins at the newest
+    /// commit and returns every changeset since, as after a bookmark that was lost, with no
+    /// error. Reads in between see the newest commit. For a live view waiting for its next
+    /// update, whose snapshot nobody reads meanwhile: it pins no WAL frame and holds no read
+    /// mark, so checkpoints and WAL resets go past it.
+    func parkBookmark() {
+        let hadBookmark = record.update { $0.isBookmark }
+        guard hadBookmark else { return }
+        openedHandle?.rollback(
+            after: "the bookmark of connection '\(name)' was parked", logger: database.logger)
+        recordSnapshot(nil)
+    }
+
     func endLongLivedReadTransaction() throws {
         let hadBookmark = record.update { record in
             defer {

@@ -3,10 +3,13 @@
 ///
 /// Design (the everyday form of a bookmark, `changes()` and ``ViewReader/changeSummary(for:inGroups:)``,
 /// which an app otherwise wires by hand):
-/// - **A bookmark of its own.** Each iteration opens an internal connection (named
-///   `observe(view: <name>)`, as the checkpoint monitor names it) and bookmarks it. An update is
-///   at the bookmark's commit, and ``ViewUpdate/read(_:)`` reads in that very snapshot: no query
-///   races the next commit. The bookmark moves only when the consumer asks for the next update.
+/// - **A bookmark of its own, held only while an update is in hand.** Each iteration opens an
+///   internal connection (named `observe(view: <name>)`, as the checkpoint monitor names it)
+///   and bookmarks it. An update is at the bookmark's commit, and ``ViewUpdate/read(_:)``
+///   reads in that very snapshot: no query races the next commit. When the consumer asks for
+///   the next update, the snapshot is released (parked: the connection keeps its place in the
+///   commits), so an observation waiting for a commit pins no WAL frame and holds no read mark:
+///   observations of views that seldom change do not keep the WAL from being reset.
 /// - **Woken only by commits that change the view.** The commit log wakes an observation when a
 ///   commit recorded changes of its view, rebuilt it, or changed values SnapshotDB cannot see
 ///   (``ExtensionWakers``): a commit that touches no observed view costs nothing per
@@ -18,8 +21,8 @@
 ///   that did not change the rows yields nothing). The observation does not pin the commit log:
 ///   a consumer that falls further behind than ``Configuration/commitLogRetention`` gets a
 ///   reload update instead of a backlog, so its memory stays bounded however long it sleeps.
-///   (Its bookmark does keep its snapshot's pages in the WAL, as every bookmark does, and the
-///   checkpoint monitor names it when that grows.)
+///   (While it holds an update, its bookmark keeps that snapshot's pages in the WAL, as every
+///   bookmark does, and the checkpoint monitor names it when that grows.)
 /// - **Reloads.** The first update is a reload with the rows. So is an update after a commit
 ///   that rebuilt the view (a new version registered, a new filter), after a commit made
 ///   outside SnapshotDB, or after a lag past the log: ``ViewUpdate/isReload`` with
@@ -157,8 +160,8 @@ public struct ViewObservation: AsyncSequence, Sendable {
         Iterator(observer: ViewObserver(database: database, name: name, range: range))
     }
 
-    /// Iterates one observation.
-    public struct Iterator: AsyncIteratorProtocol {
+    /// Iterates one observation (copies share it).
+    public struct Iterator: AsyncIteratorProtocol, Sendable {
         let observer: ViewObserver
 
         /// The next update: the first is a reload; each later one waits for a commit that

@@ -29,6 +29,10 @@ actor ViewObserver {
             guard let db = database.database, !db.isClosed else { return end() }
             guard let reader else { return try await start(db) }
             while !ended, !Task.isCancelled, !db.isClosed {
+                // The consumer is done with the last update: its snapshot is not read any more,
+                // and an observation waiting for a commit pins nothing (checkpoints and WAL
+                // resets go past it).
+                try reader.connection.parkBookmark()
                 // Taken out while it waits: an actor's property cannot be passed `inout` across
                 // the suspension.
                 guard var iterator = wakeups else { break }
