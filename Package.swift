@@ -111,3 +111,12 @@ let package = Package(
         ),
     ]
 )
+
+// The DocC plugin builds the manual (`Sources/SnapshotDB/SnapshotDB.docc`) in CI and for
+// writers of the docs. It is a dependency only when `SNAPSHOTDB_DOCS` is set, so that an app
+// that depends on SnapshotDB never fetches or resolves it:
+// `SNAPSHOTDB_DOCS=1 swift package generate-documentation --target SnapshotDB --warnings-as-errors`.
+if Context.environment["SNAPSHOTDB_DOCS"] != nil {
+    package.dependencies.append(
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"))
+}

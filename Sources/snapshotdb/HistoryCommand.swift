@@ -33,7 +33,8 @@ struct History: ParsableCommand {
         help: ArgumentHelp("List the newest N commits (after --after, if given).", valueName: "N"))
     var last: Int?
 
-    @Flag(help: "Print JSON (one document, documented in the README) instead of text.")
+    @Flag(
+        help: "Print JSON (one document, its keys in the manual's CommandLineTools article) instead of text.")
     var json = false
 
     func validate() throws {

@@ -19,6 +19,56 @@ func index(_ changeset: Changeset, in txn: ReadWriteTransaction) throws {
     try txn.set(changeset.commit, forKey: "last", inCollection: "indexed")
 }
 
+// readme-snippet: gettingstarted
+func gettingStarted() throws -> Bool {
+    struct Task: Codable, Sendable {
+        var title: String
+        var done: Bool
+    }
+    let db = try Database(path: "tasks.sqlite")
+    let writer = db.newConnection(name: "writer")
+    let ui = db.newConnection(name: "ui")
+
+    try writer.readWrite { txn in  // all or nothing
+        try txn.set(Task(title: "Buy milk", done: false), forKey: "t1", inCollection: "tasks")
+    }
+    try ui.beginLongLivedReadTransaction()  // bookmark: ui reads this commit until it advances
+    try writer.readWrite { txn in
+        try txn.set(Task(title: "Buy milk", done: true), forKey: "t1", inCollection: "tasks")
+    }
+    let before = try ui.read { try $0.value(forKey: "t1", inCollection: "tasks", as: Task.self) }
+    let changes = try ui.beginLongLivedReadTransaction()  // advance, with the changes jumped
+    let after = try ui.read { try $0.value(forKey: "t1", inCollection: "tasks", as: Task.self) }
+    print(before?.done == false, after?.done == true, changes.hasChange(forKey: "t1", inCollection: "tasks"))
+    return before?.done == false && after?.done == true
+        && changes.hasChange(forKey: "t1", inCollection: "tasks")
+}
+// end readme-snippet: gettingstarted
+
+// readme-snippet: frontpage
+func frontPage() async throws {
+    struct Note: Codable, Sendable {
+        var title: String
+        var folder: String
+    }
+    let db = try Database(path: "notes.sqlite")
+    try db.register(
+        View<Note>(
+            name: "byTitle", version: "1", collections: ["notes"],
+            group: { _, _, note in note.folder }, areInIncreasingOrder: { $0.title < $1.title }))
+
+    let writer = db.newConnection(name: "writer")
+    try await writer.readWrite { txn in
+        try txn.set(Note(title: "Milk", folder: "inbox"), forKey: "n1", inCollection: "notes")
+    }
+    var rows: [String: [ViewItem]] = [:]
+    for try await update in db.observe(view: "byTitle") {  // the rows, then exactly what changed
+        rows = update.isReload ? update.rows ?? [:] : ViewRowChange.apply(update.changes, to: rows) ?? [:]
+        print(update.commit, rows["inbox"]?.map(\.key) ?? [])
+    }
+}
+// end readme-snippet: frontpage
+
 // readme-snippet: usage
 func usage() throws -> (db: Database, ui: Connection, writer: Connection) {
     struct Item: Codable, Sendable { var title: String }
@@ -157,6 +207,18 @@ func migration(migratedPath: String) throws -> Database {
     return migrated
 }
 // end readme-snippet: migration
+
+// readme-snippet: errorcodes
+func errorCodes(writer: Connection) throws {
+    do {
+        try writer.readWrite { txn in try txn.set(Item(title: "a"), forKey: "e1", inCollection: "items") }
+    } catch DatabaseError.Code.diskFull {
+        print("free some space, then try again: nothing was committed")
+    } catch let error as DatabaseError where error.code == .busy {
+        print("another process held the lock past the busy timeout: \(error.message)")
+    }
+}
+// end readme-snippet: errorcodes
 
 // readme-snippet: history
 func history(reader: Connection) throws {

@@ -416,8 +416,8 @@ struct ChangesetBuilder {
     /// Removes `key` from `keys` when `keys` holds it with the same UTF-8 bytes. A `Set<String>`
     /// finds `"é"` for `"e\u{301}"` (Swift's equality), which are two keys in the database: a
     /// commit that set one and removed the other must list the one as set and the other as
-    /// removed. (Two such keys both set in one commit are one element of the set: see the
-    /// README's Guarantees.)
+    /// removed. (Two such keys both set in one commit are one element of the set: see
+    /// <doc:Guarantees>.)
     private static func removeSameBytes(_ key: String, from keys: inout Set<String>) {
         guard let index = keys.firstIndex(of: key), sameUTF8(keys[index], key) else { return }
         keys.remove(at: index)

@@ -15,7 +15,7 @@ extension Database {
     /// between the two; when the loop ends because the stream finished, subscribe again and
     /// advance. Commits of other processes are published as they happen, with their exact
     /// changesets: the first subscription starts a watcher of the `-wal` (inotify on Linux; it
-    /// costs nothing while the database is idle, see ``ForeignCommitWatcher``).
+    /// costs nothing while the database is idle, see `ForeignCommitWatcher`).
     ///
     /// On a read replica whose primary was put back to an older commit (numbers it will reuse
     /// for other commits), every stream ends as soon as the replica sees it, and again at each

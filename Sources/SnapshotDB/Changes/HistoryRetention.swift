@@ -19,7 +19,7 @@ internal import struct Synchronization.Atomic
 ///
 /// The defaults suit a phone: 10,000 commits, 7 days, 16 MiB. Purging runs off the commit path
 /// (on the database's checkpoint queue, after about every ``commits``/8 commits, at most every
-/// 256), in steps of at most ``HistoryPurger/stepRows`` rows, each its own short write
+/// 256), in steps of at most `HistoryPurger.stepRows` rows, each its own short write
 /// transaction that never waits for a writer. The age bound is enforced when commits are made:
 /// a database that nobody writes keeps its history.
 public struct HistoryRetention: Sendable, Equatable {

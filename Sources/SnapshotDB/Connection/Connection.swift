@@ -164,12 +164,12 @@ public final class Connection: Sendable {
         }
     }
 
-    /// ``read(_:)`` with its own time limit in place of ``Configuration/readTimeLimit``: SQLite's
+    /// ``read(_:)-735p6`` with its own time limit in place of ``Configuration/readTimeLimit``: SQLite's
     /// work inside `body` past `timeLimit` is stopped with ``DatabaseError/Code/interrupted``
     /// (see ``Configuration/readTimeLimit``); `nil` for no limit.
     ///
     /// - Throws: `misuse` for a negative `timeLimit` (`body` does not run), and what
-    ///   ``read(_:)`` throws.
+    ///   ``read(_:)-735p6`` throws.
     public func read<T>(timeLimit: Duration?, _ body: (ReadTransaction) throws -> T) throws -> T {
         try ReadInterruption.check(timeLimit)
         return try serialized { try $0.read(interruption: .make(limit: timeLimit, cancellation: nil), body) }
@@ -190,7 +190,7 @@ public final class Connection: Sendable {
         try serialized { try $0.readWrite(body) }
     }
 
-    /// The `async` form of ``read(_:)``: runs on the connection's queue, off the caller's
+    /// The `async` form of ``read(_:)-735p6``: runs on the connection's queue, off the caller's
     /// thread.
     ///
     /// Cancelling the task stops the read: before the transaction begins, `body` never runs;
@@ -200,14 +200,14 @@ public final class Connection: Sendable {
     /// connection's queue). The read transaction, the connection and its bookmark are unharmed.
     ///
     /// - Throws: `CancellationError`, ``DatabaseError/Code/interrupted`` past
-    ///   ``Configuration/readTimeLimit``, and what ``read(_:)`` throws.
+    ///   ``Configuration/readTimeLimit``, and what ``read(_:)-735p6`` throws.
     public func read<T: Sendable>(
         _ body: @escaping @Sendable (ReadTransaction) throws -> T
     ) async throws -> T {
         try await read(limit: nil, useConfiguration: true, body)
     }
 
-    /// The `async` form of ``read(timeLimit:_:)``.
+    /// The `async` form of ``read(timeLimit:_:)-7pp46``.
     public func read<T: Sendable>(
         timeLimit: Duration?, _ body: @escaping @Sendable (ReadTransaction) throws -> T
     ) async throws -> T {
@@ -229,7 +229,7 @@ public final class Connection: Sendable {
         }
     }
 
-    /// The `async` form of ``readWrite(_:)``: runs on the connection's queue, off the caller's
+    /// The `async` form of ``readWrite(_:)-8zuku``: runs on the connection's queue, off the caller's
     /// thread.
     ///
     /// Cancellation is all-or-nothing. A task cancelled before its transaction begins (while it
@@ -240,7 +240,7 @@ public final class Connection: Sendable {
     /// happened. (`body` runs on the connection's queue, outside the task, so
     /// `Task.isCancelled` inside it is always `false`.)
     ///
-    /// - Throws: `CancellationError` as described above, and what ``readWrite(_:)`` throws.
+    /// - Throws: `CancellationError` as described above, and what ``readWrite(_:)-8zuku`` throws.
     public func readWrite<T: Sendable>(
         _ body: @escaping @Sendable (ReadWriteTransaction) throws -> T
     ) async throws -> T {
@@ -260,7 +260,7 @@ public final class Connection: Sendable {
     /// The advance is atomic: no read on this connection observes a state between the old and
     /// the new snapshot. The first call returns `[]`, and so does a call when nothing was
     /// committed since the last one. Until the next call or
-    /// ``endLongLivedReadTransaction()``, every ``read(_:)`` sees exactly the bookmarked commit,
+    /// ``endLongLivedReadTransaction()``, every ``read(_:)-735p6`` sees exactly the bookmarked commit,
     /// however many commits other connections make. A bookmark pins the WAL: advance it when
     /// you can (the checkpoint monitor names connections that lag).
     ///
@@ -294,7 +294,7 @@ public final class Connection: Sendable {
 
     /// The commit this connection's bookmark sees, or else the commit its last transaction saw.
     ///
-    /// Right after ``readWrite(_:)`` returns, the number of the commit it made (or, when it
+    /// Right after ``readWrite(_:)-8zuku`` returns, the number of the commit it made (or, when it
     /// changed nothing, the commit it read), whatever other connections and processes commit
     /// meanwhile: the number to key an effect outside the database by, or to wait for a read
     /// replica to reach.

@@ -1,7 +1,7 @@
 internal import struct Synchronization.Atomic
 
 /// What may stop SQLite's work inside one read transaction's closure: a deadline
-/// (``Configuration/readTimeLimit``, ``Connection/read(timeLimit:_:)``) and the cancellation of
+/// (``Configuration/readTimeLimit``, ``Connection/read(timeLimit:_:)-7pp46``) and the cancellation of
 /// the task that asked for an `async` read.
 ///
 /// It is checked by SQLite's progress handler (`sqlite3_progress_handler`) every

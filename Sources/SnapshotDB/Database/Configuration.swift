@@ -75,7 +75,7 @@ public struct Configuration: Sendable {
     /// from 2.2–7.2 s to 0.29–0.93 s, and total throughput to 0.73× (each process's
     /// transactions now interleave with the others', and each starts with what they changed).
     /// A process that writes alone pays nothing: it takes turns only once it sees commits of
-    /// another process (see the README's "Durable history: other processes and restarts").
+    /// another process (see <doc:History>).
     ///
     /// Turn them off for the most commits per second from processes that all write flat out
     /// and can wait. Foreign clients (the `sqlite3` shell) take no turns either way. While
@@ -93,7 +93,7 @@ public struct Configuration: Sendable {
     /// whose cost comes from their input (a secondary index fragment, a full-text search); the
     /// transaction, the connection and its bookmark are unharmed by the interrupt. It counts
     /// SQLite's work only, checked every thousand or so virtual-machine steps, not time spent
-    /// in Swift between statements. ``Connection/read(timeLimit:_:)`` sets it per read.
+    /// in Swift between statements. ``Connection/read(timeLimit:_:)-7pp46`` sets it per read.
     /// Read-write transactions are never interrupted: a write commits or rolls back as its
     /// closure decides.
     public var readTimeLimit: Duration? = nil

@@ -11,7 +11,7 @@ struct DatabaseState {
     var connections: [Int: ConnectionRecord] = [:]
     var codecs: [String: any ValueCodec] = [:]
     var codecsFrozen = false
-    /// The registered extensions, by name (see ``Database/register(_:)``).
+    /// The registered extensions, by name (see `Database/register(_:)`).
     var extensions: [String: any ExtensionDefinition] = [:]
     /// The same, those with dependencies last, then by name (``Database/extensionDefinitions()``),
     /// ordered when the registry changes rather than in every write transaction.

@@ -63,7 +63,7 @@ extension Database {
     /// changeset and drop the cache until the replica passes the newest commit it had published.
     /// Connections open a new SQLite handle once the put-back is seen, and when their snapshot
     /// stays behind what another handle published (Litestream's VFS can stop following on the
-    /// connections open across a put-back: see ``ReplicaHandleFollowing``).
+    /// connections open across a put-back: see `ReplicaHandleFollowing`).
     /// A bookmark older than the replica's retention (`l0-retention`, 5 minutes by default, and
     /// its compactions) can find its pages gone and fail to read; advance bookmarks more often
     /// than that.
@@ -73,6 +73,8 @@ extension Database {
     ///     under any name).
     ///   - vfs: the name of a VFS registered in this process (``LitestreamVFS/register(extensionPath:)``,
     ///     ``loadSQLiteExtension(at:entryPoint:)``).
+    ///   - configuration: the configuration, as for a primary (its checkpoint settings do not
+    ///     apply: a replica has no WAL of its own).
     /// - Throws: `cannotOpen` when no VFS of that name is registered, `alreadyOpen` when this
     ///   process has the same replica open, `notADatabase` when the replica holds another
     ///   application's database (a replica URL that holds no backup yet is another matter:

@@ -85,7 +85,7 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
         /// syntax. Nothing was read or changed.
         public static let invalidQuery = Code("invalidQuery")
         /// A read ran past its time limit (``Configuration/readTimeLimit``,
-        /// ``Connection/read(timeLimit:_:)``) and SQLite stopped the statement it was running.
+        /// ``Connection/read(timeLimit:_:)-7pp46``) and SQLite stopped the statement it was running.
         /// The read transaction, the connection and its bookmark are unharmed: the next read
         /// works. (A cancelled `async` read throws `CancellationError` instead.)
         public static let interrupted = Code("interrupted")
@@ -178,7 +178,7 @@ public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible 
             && lhs.collection == rhs.collection && lhs.key == rhs.key && lhs.typeName == rhs.typeName
     }
 
-    /// Hashes what ``==`` compares.
+    /// Hashes what `==` compares.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(code)
         hasher.combine(message)

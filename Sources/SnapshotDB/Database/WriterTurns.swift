@@ -46,7 +46,7 @@ internal import struct Synchronization.Atomic
 /// the WAL: Litestream takes SQLite's write lock for its own checkpoints through the busy
 /// handler, and writers that hand the lock to each other without a gap leave it fewer moments
 /// (the stress run saw replicas Litestream tore in 4 of 29 runs with turns, 1 of about
-/// 74 without; see the README).
+/// 74 without; see <doc:Litestream>).
 ///
 /// **What it does not change.** SQLite's write lock still decides who writes: the turn is
 /// only an order among SnapshotDB processes, and `BEGIN IMMEDIATE` follows it with SQLite's

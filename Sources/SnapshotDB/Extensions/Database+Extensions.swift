@@ -67,7 +67,7 @@ extension Database {
     /// that fills them. A registration that fails changes nothing: every extension registered
     /// under one of these names before, if any, stays.
     ///
-    /// - Throws: what ``register(_:)-swift.method`` throws, for any of them; `misuse` when two
+    /// - Throws: what `register(_:)` throws, for any of them; `misuse` when two
     ///   share a name.
     public func register(_ extensions: [any DatabaseExtension]) throws(DatabaseError) {
         try checkOpen()
@@ -156,10 +156,10 @@ extension Database {
         }
     }
 
-    /// Registers several extensions in one commit, as ``register(_:)-swift.method`` with an
+    /// Registers several extensions in one commit, as `register(_:)` with an
     /// array does: `try db.register(byTitle, peopleIndex, bioSearch)`.
     ///
-    /// - Throws: what ``register(_:)-swift.method`` with an array throws.
+    /// - Throws: what `register(_:)` with an array throws.
     public func register(
         _ first: any DatabaseExtension, _ second: any DatabaseExtension, _ more: any DatabaseExtension...
     ) throws(DatabaseError) {

@@ -9,12 +9,12 @@ internal import Foundation
 /// can never leave an extension out of step, and an extension can add its own changes to a
 /// commit's changeset (a view's row changes).
 ///
-/// Register an extension with ``Database/register(_:)``; it is built from the values (in a
+/// Register an extension with `Database/register(_:)`; it is built from the values (in a
 /// commit of its own) when it is new or its ``version`` changed, and kept up to date from then
 /// on. ``Database/unregister(_:)`` drops it. Extension types are SnapshotDB's own (``View``,
 /// ``FilteredView``, ``SearchResultsView``, ``SecondaryIndex`` and ``FullTextSearch``); this
 /// protocol only names what they share. A type of your own that conforms to it is refused by
-/// ``Database/register(_:)`` with ``DatabaseError/Code/misuse``: the writer that keeps an
+/// `Database/register(_:)` with ``DatabaseError/Code/misuse``: the writer that keeps an
 /// extension in step inside every commit is internal.
 public protocol DatabaseExtension: Sendable {
     /// The name the extension is registered and read under: letters, digits and underscores.

@@ -150,7 +150,7 @@ public class ReadTransaction {
     /// class, whose instances a caller can change in place (a form editing the object it was
     /// given must not change what the next read of that commit returns). Classes are decoded
     /// again from the cached bytes on every read. Class instances inside a value type (a struct's
-    /// class property, an array of class instances) are shared, as the README says: Swift gives
+    /// class property, an array of class instances) are shared, as <doc:Design> says: Swift gives
     /// no cheap way to tell, and YapDatabase's object cache shares objects the same way.
     static func mayShare<T>(_ type: T.Type) -> Bool { !(type is AnyObject.Type) }
 

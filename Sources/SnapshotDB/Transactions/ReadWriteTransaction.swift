@@ -316,7 +316,7 @@ public final class ReadWriteTransaction: ReadTransaction {
     /// ```
     ///
     /// `body` receives a transaction of its own, valid only until `body` returns, like the one
-    /// of ``Connection/readWrite(_:)``.
+    /// of ``Connection/readWrite(_:)-8zuku``.
     ///
     /// - Throws: what `body` throws (after rolling the savepoint back), or ``DatabaseError``;
     ///   `transactionEnded` when this transaction's closure already returned.

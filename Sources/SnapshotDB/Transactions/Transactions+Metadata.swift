@@ -95,7 +95,7 @@ extension ReadWriteTransaction {
 
     /// Removes the metadata of the value under `key` in `collection`, keeping the value; returns
     /// whether there is a value there. Reported in the commit's changeset as
-    /// ``setMetadata(_:forKey:inCollection:)`` is: a change of the key (listed in
+    /// `setMetadata(_:forKey:inCollection:)` is: a change of the key (listed in
     /// ``Changeset/setKeys``), not a removal of the value.
     @discardableResult
     public func removeMetadata(forKey key: String, inCollection collection: String) throws(DatabaseError)

@@ -120,7 +120,7 @@ struct StressReport: Codable, Sendable {
                 add(
                     "",
                     "\(litestream.tornRestores.count) torn restores (Litestream's replica, not the database; "
-                        + "see the README): \(first.prefix(200))")
+                        + "see the manual's Litestream article): \(first.prefix(200))")
             }
             if litestream.replicaStayedTorn {
                 add(

@@ -34,7 +34,7 @@ internal import Foundation
 ///   or descending): a one-row move decodes one value (the one written) instead of about 15.
 /// - A **closure** view compares decoded values: any strict weak order, at the cost of decoding
 ///   the values it compares with (kept decoded between transactions while they fit, see
-///   ``ViewWriterCache``).
+///   `ViewWriterCache`).
 ///
 /// `group` and the order must be pure: the same values must always give the same groups and
 /// order (change the `version` when they change). Registering a view again under the version
@@ -53,6 +53,9 @@ public struct View<Value: Decodable & Sendable>: ExtensionDefinition {
     /// A view named `name` of the values of `collections` (every collection when `nil`).
     ///
     /// - Parameters:
+    ///   - name: the name the view is registered and read under.
+    ///   - version: the view's version: registering another version rebuilds it.
+    ///   - collections: the collections whose values it lists; `nil` for every collection.
     ///   - group: the group of a value, or `nil` to leave it out of the view.
     ///   - areInIncreasingOrder: the order within a group (a strict weak order); equal values
     ///     are ordered by collection, then key.
@@ -77,6 +80,9 @@ public struct View<Value: Decodable & Sendable>: ExtensionDefinition {
     /// ```
     ///
     /// - Parameters:
+    ///   - name: the name the view is registered and read under.
+    ///   - version: the view's version: registering another version rebuilds it.
+    ///   - collections: the collections whose values it lists; `nil` for every collection.
     ///   - group: the group of a value, or `nil` to leave it out of the view.
     ///   - sortKey: the key of a value in its group; items with equal keys are ordered by
     ///     collection, then key.
