@@ -61,4 +61,35 @@ struct ViewRecordLimitTests {
             #expect(reloads)
         }
     }
+
+    /// The row bound follows SQLite's own: with SQLite's length limit lowered (as a gigabyte is
+    /// in production, without writing one), `removeAll(inCollection:)` of more old values under
+    /// a closure view than one row can hold commits, and a bookmark gets a reload. (Before the
+    /// bound, the commit failed with `valueTooLarge` after all its work.)
+    @Test func aRemoveAllPastSQLitesLengthLimitCommits() throws {
+        try withTemporaryDatabase { db throws in
+            try db.register(ViewTests.byTitle)
+            let writer = db.newConnection(name: "writer")
+            let ui = db.newConnection(name: "ui")
+            let long = String(repeating: "x", count: 10_000)
+            try writer.readWrite { txn in
+                for index in 0..<30 {
+                    try txn.set(
+                        Note(title: "\(index) \(long)", folder: "inbox", archived: false),
+                        forKey: "n\(index)",
+                        inCollection: "notes")
+                }
+            }
+            try ui.beginLongLivedReadTransaction()
+            // 300 KB of old values; one row may hold 200 KB.
+            try writer.setSQLiteLengthLimit(200_000)
+            try writer.readWrite { try $0.removeAll(inCollection: "notes") }
+            let changes = try ui.beginLongLivedReadTransaction()
+            try ui.read { txn in
+                let view = try txn.view(named: "byTitle")
+                #expect(view.requiresReload(for: changes))
+                #expect(view.count == 0)
+            }
+        }
+    }
 }

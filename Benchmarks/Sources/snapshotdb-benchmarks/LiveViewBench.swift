@@ -1,3 +1,4 @@
+import CSQLiteBench
 import Dispatch
 import Foundation
 import SnapshotDB
@@ -131,6 +132,105 @@ extension ScalingBench {
         }
         let after = residentBytes()
         return (baseline, lagging, after)
+    }
+}
+
+/// The WAL rows of the scaling suite (issue 45, item 2).
+extension ScalingBench {
+    struct Big: Codable, Sendable {
+        var title: String
+        var body: String
+    }
+
+    static func big(_ index: Int, round: Int) -> Big {
+        Big(
+            title: String(format: "%06d-%04d", (index * 7_919 + round * 104_729) % 1_000_000, round),
+            // A new body each round: SQLite leaves overflow pages whose bytes did not change alone.
+            body: String(repeating: String(UnicodeScalar(UInt8(97 + round % 26))), count: 10_000))
+    }
+
+    static func view(_ kind: String) -> View<Big>? {
+        switch kind {
+        case "closure":
+            View<Big>(
+                name: "big", version: "1", collections: ["big"], group: { _, _, _ in "all" },
+                areInIncreasingOrder: { $0.title < $1.title })
+        case "keyed":
+            View<Big>(
+                name: "big", version: "1", collections: ["big"], group: { _, _, _ in "all" },
+                sortKey: { _, _, value in SortKey(value.title) })
+        default: nil
+        }
+    }
+
+    /// Bytes the `-wal` grows by per one-row update of a 10 KB value (no checkpoint), with the
+    /// view `kind` ("none", "closure", "keyed").
+    func walBytesPerUpdate(view kind: String, commits: Int) throws -> Double {
+        let path = newPath("wal-\(kind)")
+        let db = try open(path) { $0.checkpointThresholdPages = .max }
+        defer { try? db.close() }
+        if let view = Self.view(kind) { try db.register(view) }
+        let writer = db.newConnection(name: "writer")
+        try writer.readWrite { txn in
+            for index in 0..<1_000 {
+                try txn.set(Self.big(index, round: 0), forKey: "k\(index)", inCollection: "big")
+            }
+        }
+        try db.checkpoint(.truncate)
+        let before = db.checkpointStatus().walBytes
+        for round in 1...commits {
+            let index = (round * 37) % 1_000
+            try writer.readWrite {
+                try $0.set(Self.big(index, round: round), forKey: "k\(index)", inCollection: "big")
+            }
+        }
+        return Double(db.checkpointStatus().walBytes - before) / Double(commits)
+    }
+
+    /// The history row and the WAL growth of one commit that updates all 1,000 values of 10 KB
+    /// under a closure view whose record is bounded by `recordLimit`.
+    func bulkUpdateBytes(recordLimit: Int) throws -> (row: Double, wal: Double) {
+        let path = newPath("wal-bulk")
+        let db = try open(path) {
+            $0.checkpointThresholdPages = .max
+            $0.viewRecordLimitBytes = recordLimit
+        }
+        defer { try? db.close() }
+        try db.register(Self.view("closure")!)
+        let writer = db.newConnection(name: "writer")
+        try writer.readWrite { txn in
+            for index in 0..<1_000 {
+                try txn.set(Self.big(index, round: 0), forKey: "k\(index)", inCollection: "big")
+            }
+        }
+        try db.checkpoint(.truncate)
+        let before = db.checkpointStatus().walBytes
+        try writer.readWrite { txn in
+            for index in 0..<1_000 {
+                try txn.set(Self.big(index, round: 1), forKey: "k\(index)", inCollection: "big")
+            }
+        }
+        let wal = Double(db.checkpointStatus().walBytes - before)
+        let commit = db.latestCommit
+        return (try historyRowBytes(path, commit: commit), wal)
+    }
+
+    /// The length of commit `commit`'s history row, read with SQLite's C API.
+    private func historyRowBytes(_ path: String, commit: UInt64) throws -> Double {
+        var handle: OpaquePointer?
+        guard sqlite3_open_v2(path, &handle, SQLITE_OPEN_READONLY, nil) == SQLITE_OK else {
+            throw BenchmarkCheckFailed(description: "wal-bulk-10k: cannot open \(path)")
+        }
+        defer { sqlite3_close(handle) }
+        var statement: OpaquePointer?
+        sqlite3_prepare_v2(
+            handle, "SELECT length(changes) FROM snapshotdb_history WHERE number = ?1", -1, &statement, nil)
+        defer { sqlite3_finalize(statement) }
+        sqlite3_bind_int64(statement, 1, Int64(commit))
+        guard sqlite3_step(statement) == SQLITE_ROW else {
+            throw BenchmarkCheckFailed(description: "wal-bulk-10k: no history row for commit \(commit)")
+        }
+        return Double(sqlite3_column_int64(statement, 0))
     }
 }
 

@@ -336,6 +336,50 @@ func runScalingSuite(_ context: SuiteContext) throws -> SuiteReport {
         report.verdict("not reading ≤ before + 8 MiB", lagging <= baseline + 8 * 1_048_576, to: &row)
         report.rows.append(row)
     }
+    if context.wants("wal-10k") {
+        // Issue 45: what an update commit of a 10 KB value writes to the WAL, with no view, a
+        // view ordered by a closure (whose record holds the old value) and one ordered by a
+        // sort key (whose record holds the old key).
+        let commits = quick ? 100 : 500
+        context.progress("(wal-10k) WAL bytes per one-row update of a 10 KB value")
+        let bytes = try ["none", "closure", "keyed"].map {
+            try bench.walBytesPerUpdate(view: $0, commits: commits)
+        }
+        let kib = { (value: Double) in String(format: "%.1f KiB", value / 1_024) }
+        var row = SuiteRow(
+            id: "wal-10k",
+            title:
+                "WAL bytes per one-row update commit of a 10 KB value: no view / a closure view / a keyed view",
+            n: commits,
+            cells: [
+                "step 1": kib(bytes[0]), "step 2": kib(bytes[1]), "step 3": kib(bytes[2]),
+                "growth per step": format(ratio: bytes[1] / bytes[0]),
+            ])
+        row.verdicts = ["no target: a closure view adds \(kib(bytes[1] - bytes[0])) (the old value, once)"]
+        report.rows.append(row)
+    }
+    if context.wants("wal-bulk-10k") {
+        // Issue 45: an update of 1,000 values of 10 KB under a closure view, its record of old
+        // values unbounded (as before the bound) and bounded (the default 4 MiB).
+        context.progress(
+            "(wal-bulk-10k) history row and WAL bytes of a 1,000-value update, unbounded and bounded")
+        let unbounded = try bench.bulkUpdateBytes(recordLimit: .max)
+        let bounded = try bench.bulkUpdateBytes(recordLimit: 4 << 20)  // the default
+        let mib = { (value: Double) in String(format: "%.2f MiB", value / 1_048_576) }
+        var row = SuiteRow(
+            id: "wal-bulk-10k",
+            title: "a 1,000-value update of 10 KB values under a closure view: history row / WAL bytes, "
+                + "the record unbounded (before) and bounded (after)",
+            n: 1_000,
+            cells: [
+                "step 1": "\(mib(unbounded.row)) / \(mib(unbounded.wal))",
+                "step 2": "\(mib(bounded.row)) / \(mib(bounded.wal))",
+                "step 3": "–",
+                "growth per step": format(ratio: bounded.wal / unbounded.wal),
+            ])
+        report.verdict("bounded row ≤ 64 KiB", bounded.row <= 65_536, to: &row)
+        report.rows.append(row)
+    }
     if context.wants("mem-laggard") {
         let commits = quick ? 10_000 : 100_000
         context.progress("(mem-laggard) a bookmark lags \(grouped(commits)) commits")

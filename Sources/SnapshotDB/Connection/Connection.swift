@@ -48,6 +48,12 @@ public final class Connection: Sendable {
         try serialized { $0.parkBookmark() }
     }
 
+    /// Sets SQLite's length limit on this connection's handle (``SQLiteHandle/setLengthLimit(_:)``):
+    /// tests lower it instead of writing a gigabyte.
+    func setSQLiteLengthLimit(_ bytes: Int) throws {
+        try serialized { try $0.handle().setLengthLimit(bytes) }
+    }
+
     /// Makes this connection's bookmark leave the commit log free to drop changesets it has not
     /// been given yet: an advance past what the log still holds returns one external changeset
     /// (a reload) instead of every changeset. For a live view's connection, whose consumer may

@@ -111,11 +111,26 @@ extension Database {
                 ) : nil)
         let opened: OpenedFile
         do throws(DatabaseError) {
+            let deadline = ContinuousClock.now + configuration.replicaOpenTimeout
             if vfs == LitestreamVFS.name {
                 try LitestreamVFS.waitForBackup(within: configuration.replicaOpenTimeout)
             }
-            opened = try Self.openReplica(
-                name: name, vfs: vfs, describedAs: key, configuration: configuration)
+            while true {
+                do throws(DatabaseError) {
+                    opened = try Self.openReplica(
+                        name: name, vfs: vfs, describedAs: key, configuration: configuration)
+                    break
+                } catch {
+                    // A first backup Litestream is still writing can read as a database that is
+                    // not complete yet (SQLite's "SQL logic error", no application id): the VFS
+                    // is asked again until the replica open's time limit, then the error stands.
+                    let incomplete = [DatabaseError.Code.sqlite, .notADatabase, .corrupt].contains(error.code)
+                    guard vfs == LitestreamVFS.name, incomplete, ContinuousClock.now < deadline else {
+                        throw error
+                    }
+                    Thread.sleep(forTimeInterval: 0.05)
+                }
+            }
         } catch {
             OpenFiles.release(key)
             throw error

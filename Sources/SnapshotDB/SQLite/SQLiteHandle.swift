@@ -344,6 +344,16 @@ extension SQLiteHandle {
         return try body()
     }
 
+    /// SQLite's limit on the length of one string or blob on this handle
+    /// (`SQLITE_LIMIT_LENGTH`, 1 GB by default): a history row must stay under it.
+    var lengthLimit: Int { Int(sqlite3_limit(pointer, SQLITE_LIMIT_LENGTH, -1)) }
+
+    /// Lowers (or raises, up to SQLite's compile-time bound) ``lengthLimit``: for tests, which
+    /// cannot write a gigabyte.
+    func setLengthLimit(_ bytes: Int) {
+        sqlite3_limit(pointer, SQLITE_LIMIT_LENGTH, Int32(clamping: bytes))
+    }
+
     /// Throws `valueTooLarge` (as SQLite's bind would) for `count` bytes past SQLite's length
     /// limit: checked before a write's extension hooks run, so that a value refused for its size
     /// leaves the extensions as they were.

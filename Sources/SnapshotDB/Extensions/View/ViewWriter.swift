@@ -69,9 +69,13 @@ final class ViewWriter<Value: Decodable & Sendable>: ExtensionWriter, ViewLayout
         self.order = order
         self.collections = collections
         self.membership = membership
-        recordLimit =
+        // Within an eighth of SQLite's length limit too: the commit's history row holds every
+        // view's record and the keys, and must stay under that limit (a gigabyte by default,
+        // far above the configured bound; a handle with a lower limit lowers the bound with it).
+        recordLimit = min(
             context.transaction?.core.database.configuration.viewRecordLimitBytes
-            ?? Configuration.defaultViewRecordLimitBytes
+                ?? Configuration.defaultViewRecordLimitBytes,
+            context.handle.lengthLimit / 8)
         if let transaction = context.transaction,
             let cache = transaction.core.database.extensionCaches.take(context.name, at: transaction.commit)
                 as? ViewWriterCache<Value>
