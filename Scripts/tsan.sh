@@ -28,7 +28,7 @@ if grep -rnE '^[[:space:]]*(@_exported )?((internal|public|package) )?import Syn
 fi
 flags=(--sanitize=thread --scratch-path .build-tsan -Xswiftc -DSNAPSHOTDB_TSAN)
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
-suites='CheckpointConcurrencyTests|LongLivedReadTests|WriterContractTests|ViewTests|ViewSharingTests|TransactionTests|MisuseTests|ChangeSummaryTests|LifecycleTests|BusyTests|HistoryTests|ConsumerTests|FileTests|ReleaseTests|ObservationTests|QueryBoundsTests|ConfigurationTests|ReadReplicaTests|FastJSONTests|WriterTurnsTests'
+suites='CheckpointConcurrencyTests|LongLivedReadTests|WriterContractTests|ViewTests|ViewSharingTests|TransactionTests|MisuseTests|ChangeSummaryTests|LifecycleTests|BusyTests|HistoryTests|ConsumerTests|FileTests|ReleaseTests|ObservationTests|QueryBoundsTests|ConfigurationTests|ReadReplicaTests|FastJSONTests|WriterTurnsTests|LiveViewTests|MigrationTests|ReadOnlyOpenTests'
 echo "tsan: building (a separate scratch path, .build-tsan)" >&2
 swift build --build-tests "${flags[@]}" >&2
 echo "tsan: concurrency suites" >&2

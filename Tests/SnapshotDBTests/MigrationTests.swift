@@ -1,8 +1,7 @@
 import Foundation
+import SnapshotDBLocking
 import SnapshotDBTestSupport
 import Testing
-
-import struct Synchronization.Mutex
 
 @testable import SnapshotDB
 
