@@ -66,18 +66,24 @@ struct LiveViewTests {
         }
     }
 
+    /// Registers the view, writes note `n1` ("b", in the inbox), and returns the writer.
+    static func viewWithOneNote(_ db: Database) throws -> Connection {
+        try db.register(byTitle)
+        let writer = db.newConnection(name: "writer")
+        try write(writer) {
+            try $0.set(
+                Note(title: "b", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
+        }
+        return writer
+    }
+
     static func rows(_ txn: ReadTransaction) throws -> [String: [ViewItem]] {
         ViewTests.rows(try txn.view(named: "byTitle"))
     }
 
     @Test func theFirstUpdateIsTheRowsAndEachLaterOneTheChangesOfACommitThatChangedThem() async throws {
         try await withTemporaryDatabase { db async throws in
-            try db.register(Self.byTitle)
-            let writer = db.newConnection(name: "writer")
-            try Self.write(writer) {
-                try $0.set(
-                    Note(title: "b", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
-            }
+            let writer = try Self.viewWithOneNote(db)
             let start = db.latestCommit
             var updates = db.observe(view: "byTitle").makeAsyncIterator()
             let first = try #require(try await updates.next())
@@ -244,12 +250,7 @@ struct LiveViewTests {
     /// error a read of it throws.
     @Test func aRebuildIsAReloadAndAnUnregisteredViewThrows() async throws {
         try await withTemporaryDatabase { db async throws in
-            try db.register(Self.byTitle)
-            let writer = db.newConnection(name: "writer")
-            try Self.write(writer) {
-                try $0.set(
-                    Note(title: "b", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
-            }
+            _ = try Self.viewWithOneNote(db)
             var updates = db.observe(view: "byTitle").makeAsyncIterator()
             _ = try await updates.next()
             let reversed = View<Note>(
@@ -384,12 +385,7 @@ struct LiveViewTests {
     /// touch does not keep checkpoints from completing, nor the WAL from being reset.
     @Test func anObservationWaitingForAnUpdatePinsNothing() async throws {
         try await withTemporaryDatabase { db async throws in
-            try db.register(Self.byTitle)
-            let writer = db.newConnection(name: "writer")
-            try Self.write(writer) {
-                try $0.set(
-                    Note(title: "b", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
-            }
+            let writer = try Self.viewWithOneNote(db)
             var updates = db.observe(view: "byTitle").makeAsyncIterator()
             let first = try #require(try await updates.next())
             // While the consumer holds its update, the update's snapshot is held.
@@ -425,12 +421,7 @@ struct LiveViewTests {
     /// WAL can be reset again. A commit that touches no observed view wakes no observation.
     @Test func cancellingReleasesTheBookmarkAndUntouchedViewsAreNotWoken() async throws {
         try await withTemporaryDatabase { db async throws in
-            try db.register(Self.byTitle)
-            let writer = db.newConnection(name: "writer")
-            try Self.write(writer) {
-                try $0.set(
-                    Note(title: "b", folder: "inbox", archived: false), forKey: "n1", inCollection: "notes")
-            }
+            let writer = try Self.viewWithOneNote(db)
             let started = AsyncStream<Void>.makeStream()
             let task = Task {
                 var count = 0

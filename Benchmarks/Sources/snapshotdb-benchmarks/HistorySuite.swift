@@ -340,31 +340,16 @@ private func wakeLatencies(directory: URL, commits: Int) throws -> [Double] {
         try $0.setData(benchmarkPayload(), forKey: "k", inCollection: "bench")
     }
     let stream = db.changes()
-    let child = Process()
-    child.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-    child.environment = ProcessInfo.processInfo.environment.merging([wakeWriterKey: "\(path)|\(commits)"]) {
-        $1
-    }
-    child.standardOutput = FileHandle.nullDevice
-    try child.run()
-    let collected = LatencyBox()
-    let done = DispatchSemaphore(value: 0)
-    Task.detached {
+    let received = try whileAWakeWriterCommits(path: path, commits: commits, mode: "bench", row: "h-wake") {
         var received: [Double] = []
         for await changeset in stream where changeset.connectionName == "wake-writer" {
             received.append(Date().timeIntervalSince(changeset.date))
             if received.count == commits { break }
         }
-        collected.set(received)
-        done.signal()
-    }
-    child.waitUntilExit()
-    guard done.wait(timeout: .now() + 30) == .success else {
-        throw BenchmarkCheckFailed(
-            description: "h-wake: changes() did not yield every commit of the other process")
+        return received
     }
     try db.close()
-    return collected.get()
+    return received
 }
 
 /// Seconds from a commit in another process (its value's stamp) to the live view update that
@@ -379,43 +364,50 @@ private func viewWakeLatencies(directory: URL, commits: Int) throws -> [Double] 
         var updates = updates
         return try await updates.next()
     }
+    let received = try whileAWakeWriterCommits(path: path, commits: commits, mode: "view", row: "h-wake-view")
+    {
+        var updates = updates
+        var received: [Double] = []
+        while received.count < commits, let update = try await updates.next() {
+            let now = Date().timeIntervalSince1970
+            // Every commit the update holds (one, unless the consumer fell behind).
+            let stamps = try update.read { txn in
+                try update.changes.compactMap { change -> Int? in
+                    guard case .insert(let item, _) = change else { return nil }
+                    return try txn.value(
+                        forKey: item.key, inCollection: "watched", as: ScalingBench.Entry.self)?
+                        .stamp
+                }
+            }
+            received += stamps.map { now - Double($0) / 1_000_000 }
+        }
+        return received
+    }
+    try db.close()
+    return received
+}
+
+/// Runs the benchmark binary again as the wake writer (``runWakeWriter(_:)``: `commits`
+/// commits on `path`, of `mode` "bench" or "view") while `collect` gathers a latency per commit
+/// on a task of its own; throws unless it got one for each commit.
+private func whileAWakeWriterCommits(
+    path: String, commits: Int, mode: String, row: String,
+    _ collect: @escaping @Sendable () async throws -> [Double]
+) throws -> [Double] {
     let child = Process()
     child.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
     child.environment = ProcessInfo.processInfo.environment.merging([
-        wakeWriterKey: "\(path)|\(commits)|view"
+        wakeWriterKey: "\(path)|\(commits)|\(mode)"
     ]) { $1 }
     child.standardOutput = FileHandle.nullDevice
     try child.run()
-    let collected = LatencyBox()
-    let done = DispatchSemaphore(value: 0)
-    Task.detached {
-        var updates = updates
-        var received: [Double] = []
-        do {
-            while received.count < commits, let update = try await updates.next() {
-                let now = Date().timeIntervalSince1970
-                // Every commit the update holds (one, unless the consumer fell behind).
-                let stamps = try update.read { txn in
-                    try update.changes.compactMap { change -> Int? in
-                        guard case .insert(let item, _) = change else { return nil }
-                        return try txn.value(
-                            forKey: item.key, inCollection: "watched", as: ScalingBench.Entry.self)?
-                            .stamp
-                    }
-                }
-                received += stamps.map { now - Double($0) / 1_000_000 }
-            }
-        } catch {}
-        collected.set(received)
-        done.signal()
+    defer { child.waitUntilExit() }
+    // The child commits every 20 ms: far less than a minute, however loaded the machine.
+    guard let received = try waitFor(timeLimit: .seconds(60), collect), received.count == commits else {
+        if child.isRunning { child.terminate() }
+        throw BenchmarkCheckFailed(description: "\(row): not every commit of the other process arrived")
     }
-    child.waitUntilExit()
-    guard done.wait(timeout: .now() + 30) == .success else {
-        throw BenchmarkCheckFailed(
-            description: "h-wake-view: the live view did not get every commit of the other process")
-    }
-    try db.close()
-    return collected.get()
+    return received
 }
 
 /// Seconds of CPU (user + system) this process spends over 2 s with a subscriber and no writes.
@@ -440,12 +432,4 @@ private func idleCPU(directory: URL, subscribed: Bool) throws -> Double {
     let spent = cpu() - before
     try db.close()
     return spent
-}
-
-/// A result handed from the collecting task to the benchmark thread.
-private final class LatencyBox: @unchecked Sendable {
-    // @unchecked: written once by the collecting task before it signals, read after the wait.
-    private var values: [Double] = []
-    func set(_ values: [Double]) { self.values = values }
-    func get() -> [Double] { values }
 }

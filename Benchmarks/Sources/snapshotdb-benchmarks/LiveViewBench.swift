@@ -19,13 +19,12 @@ extension ScalingBench {
         areInIncreasingOrder: { $0.title < $1.title })
 
     /// Starts `count` observations of `view` and waits until each had its first update; the
-    /// returned tasks end them when cancelled.
+    /// returned tasks end them when cancelled, and throw what ended one otherwise.
     private func observe(
         _ db: SnapshotDB.Database, view: String, count: Int, onUpdate: @escaping @Sendable () -> Void = {}
-    )
-        -> [Task<Void, Never>]
-    {
+    ) throws -> [Task<Void, any Error>] {
         let started = DispatchSemaphore(value: 0)
+        let failure = FirstFailure()
         let tasks = (0..<count).map { _ in
             Task.detached {
                 var first = true
@@ -38,10 +37,19 @@ extension ScalingBench {
                             onUpdate()
                         }
                     }
-                } catch {}
+                } catch {
+                    // Reported to the benchmark thread, which would otherwise wait for ever.
+                    failure.error.withLock { $0 = $0 ?? error }
+                    if first { started.signal() }
+                    throw error
+                }
             }
         }
         for _ in 0..<count { started.wait() }
+        if let error = failure.error.withLock({ $0 }) {
+            for task in tasks { task.cancel() }
+            throw error
+        }
         return tasks
     }
 
@@ -55,7 +63,7 @@ extension ScalingBench {
         try db.register(Self.watched, Self.other)
         let writer = db.newConnection(name: "writer")
         try writer.readWrite { try $0.set(Entry(title: "w", stamp: 0), forKey: "w", inCollection: "watched") }
-        let tasks = observe(db, view: "watched", count: observations)
+        let tasks = try observe(db, view: "watched", count: observations)
         defer { for task in tasks { task.cancel() } }
         var latencies: [Duration] = []
         latencies.reserveCapacity(commits)
@@ -81,7 +89,7 @@ extension ScalingBench {
         let writer = db.newConnection(name: "writer")
         try writer.readWrite { try $0.set(Entry(title: "w", stamp: 0), forKey: "w", inCollection: "watched") }
         let updated = DispatchSemaphore(value: 0)
-        let tasks = observe(db, view: "watched", count: 1, onUpdate: { updated.signal() })
+        let tasks = try observe(db, view: "watched", count: 1, onUpdate: { updated.signal() })
         defer { for task in tasks { task.cancel() } }
         var toUpdate: [Duration] = []
         var commitOnly: [Duration] = []
@@ -234,11 +242,24 @@ extension ScalingBench {
     }
 }
 
-/// Runs `body` on a task of its own and waits for it on this thread (the suites are synchronous).
+/// The first error of several tasks, for the thread that waits for them.
+final class FirstFailure: Sendable {
+    let error = Mutex<(any Error)?>(nil)
+}
+
+/// Runs `body` on a task of its own and waits for it on this thread (the suites are
+/// synchronous).
 func waitFor<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    // (Without a time limit `nil` is never returned.)
+    try waitFor(timeLimit: nil, body)!
+}
+
+/// ``waitFor(_:)`` for at most `timeLimit`: `nil` past it (the task is cancelled).
+func waitFor<T: Sendable>(timeLimit: Duration?, _ body: @escaping @Sendable () async throws -> T) throws -> T?
+{
     let result = Mutex<Result<T, any Error>?>(nil)
     let done = DispatchSemaphore(value: 0)
-    Task.detached {
+    let task = Task.detached {
         do {
             let value = try await body()
             result.withLock { $0 = .success(value) }
@@ -247,6 +268,14 @@ func waitFor<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) thro
         }
         done.signal()
     }
-    done.wait()
+    if let timeLimit {
+        let seconds = Double(timeLimit.components.seconds) + Double(timeLimit.components.attoseconds) / 1e18
+        guard done.wait(timeout: .now() + seconds) == .success else {
+            task.cancel()
+            return nil
+        }
+    } else {
+        done.wait()
+    }
     return try result.withLock { $0! }.get()
 }

@@ -52,18 +52,20 @@ extension Database {
                 var values: [String: T] = [:]
                 try txn.enumerate(inCollection: collection, as: T.self) { key, value, _ in values[key] = value
                 }
-                // Each key and value with its length first: concatenated bare, a key holding NUL
-                // and the value bytes around it could spell another collection's bytes.
-                func appendField<Bytes: Collection<UInt8>>(_ field: Bytes) {
-                    withUnsafeBytes(of: UInt64(field.count).littleEndian) { bytes.append(contentsOf: $0) }
-                    bytes.append(contentsOf: field)
-                }
                 for key in try txn.keys(inCollection: collection) {
-                    appendField(key.utf8)
-                    appendField(try txn.data(forKey: key, inCollection: collection) ?? Data())
+                    Self.appendField(key.utf8, to: &bytes)
+                    Self.appendField(
+                        try txn.data(forKey: key, inCollection: collection) ?? Data(), to: &bytes)
                 }
                 return (bytes, values)
             })
+    }
+
+    /// Appends `field` with its length first, for the bytes an observation compares: fields
+    /// concatenated bare could spell other fields (a key holding NUL, and the bytes around it).
+    static func appendField<Bytes: Collection<UInt8>>(_ field: Bytes, to bytes: inout Data) {
+        withUnsafeBytes(of: UInt64(field.count).littleEndian) { bytes.append(contentsOf: $0) }
+        bytes.append(contentsOf: field)
     }
 
     /// Reads with `read` when the caller asks for an element: first the current value, then

@@ -322,6 +322,14 @@ extension ReadWriteTransaction {
             extensionWriters.excluded.remove(definition.name)
             return nil
         }
+        return try freshTables(for: definition)
+    }
+
+    /// Drops `definition`'s tables and makes them new and empty, records it in the catalog as
+    /// built by this transaction's commit, and returns the context to build them in (a
+    /// registration's, or a migration's rebuild: ``ExtensionWriters/rebuild(_:)``).
+    func freshTables(for definition: any ExtensionDefinition) throws(DatabaseError) -> ExtensionContext {
+        let handle = try core.handle()
         try ExtensionCatalog.dropTables(of: definition.name, handle: handle)
         let context = try core.extensionContext(named: definition.name, transaction: self)
         try definition.createTables(context)

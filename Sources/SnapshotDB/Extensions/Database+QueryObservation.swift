@@ -60,14 +60,12 @@ extension Database {
         }
     }
 
-    /// The keys' bytes, each with its length first (a key holding NUL cannot spell another).
+    /// The keys' bytes, each field with its length first (``appendField(_:to:)``).
     private static func bytes(of keys: [ViewItem]) -> Data {
         var bytes = Data()
         for item in keys {
-            for field in [item.collection, item.key] {
-                withUnsafeBytes(of: UInt64(field.utf8.count).littleEndian) { bytes.append(contentsOf: $0) }
-                bytes.append(contentsOf: field.utf8)
-            }
+            appendField(item.collection.utf8, to: &bytes)
+            appendField(item.key.utf8, to: &bytes)
         }
         return bytes
     }

@@ -87,17 +87,11 @@ extension ReadWriteTransaction {
             grew = names.count > before
         }
         guard !names.isEmpty else { return }
-        let handle = try core.handle()
         let memo = names.count > 1 ? DecodeMemo() : nil
         var builds: [(definition: any ExtensionDefinition, context: ExtensionContext)] = []
         for definition in deferred where names.contains(definition.name) {
-            try ExtensionCatalog.dropTables(of: definition.name, handle: handle)
-            var context = try core.extensionContext(named: definition.name, transaction: self)
+            var context = try freshTables(for: definition)
             context.memo = memo
-            try definition.createTables(context)
-            try ExtensionCatalog.recordState(
-                definition, commit: commit + 1, connection: core.name, handle: handle)
-            setRegistered(definition, named: definition.name, builtAt: commit + 1)
             builds.append((definition, context))
         }
         try extensionWriters.rebuild(builds)
@@ -119,13 +113,12 @@ extension ReadWriteTransaction {
                 .misuse,
                 "renameCollection: '\(newName)' already holds values; move them first, or pick another name")
         }
-        let handle = try core.handle()
         while true {
             let keys = try self.keys(inCollection: collection, after: nil, limit: max(1, batchSize))
             guard !keys.isEmpty else { return }
             for key in keys {
                 guard let data = try data(forKey: key, inCollection: collection) else { continue }
-                let metadata = try rawMetadata(forKey: key, inCollection: collection, on: handle)
+                let metadata = try storedMetadata(forKey: key, inCollection: collection)
                 try storeData(data, forKey: key, inCollection: newName, metadata: .some(metadata))
                 try removeValue(forKey: key, inCollection: collection)
             }
@@ -156,17 +149,5 @@ extension ReadWriteTransaction {
             done += batch.count
             progress?(done, total)
         }
-    }
-
-    /// The stored metadata bytes of a value, as they are.
-    private func rawMetadata(forKey key: String, inCollection collection: String, on handle: SQLiteHandle)
-        throws(DatabaseError) -> Data?
-    {
-        let statement = try handle.statement(.getMetadata)
-        defer { statement.reset() }
-        try statement.bind(collection, at: 1)
-        try statement.bind(key, at: 2)
-        guard try statement.step(), !statement.isNull(at: 0) else { return nil }
-        return statement.data(at: 0)
     }
 }

@@ -22,12 +22,18 @@ extension ReadTransaction {
         throws(DatabaseError) -> M?
     {
         try checkActive()
+        guard let data = try storedMetadata(forKey: key, inCollection: collection) else { return nil }
+        return try decode(M.self, from: data, key: key, collection: collection)
+    }
+
+    /// The metadata bytes stored with the value under `key`, as they are; `nil` for none.
+    func storedMetadata(forKey key: String, inCollection collection: String) throws(DatabaseError) -> Data? {
         let statement = try core.handle().statement(.getMetadata)
         defer { statement.reset() }
         try statement.bind(collection, at: 1)
         try statement.bind(key, at: 2)
         guard try statement.step(), !statement.isNull(at: 0) else { return nil }
-        return try decode(M.self, from: statement.data(at: 0), key: key, collection: collection)
+        return statement.data(at: 0)
     }
 }
 
