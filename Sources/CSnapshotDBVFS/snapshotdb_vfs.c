@@ -53,6 +53,7 @@
 
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -94,6 +95,8 @@ static sqlite3_vfs snapshotdbVFS;
 static pthread_once_t registration = PTHREAD_ONCE_INIT;
 static int registered = 0;
 static const unsigned char zeroBlock[ZERO_BLOCK_BYTES];
+/// Whether WAL files are zero-filled ahead of the frames (see snapshotdb_vfs_set_preallocation).
+static atomic_int preallocationEnabled = 1;
 
 static sqlite3_vfs *parentVFS(void) { return (sqlite3_vfs *)snapshotdbVFS.pAppData; }
 
@@ -242,7 +245,8 @@ static int walWrite(sqlite3_file *base, const void *buffer, int amount, sqlite3_
     int rc = writeThrough(file, buffer, amount, offset);
     if (rc != SQLITE_OK) return rc;
     sqlite3_int64 end = offset + amount;
-    if (file->syncsCommits && !file->headerAwaitingSync && (file->knownSize < 0 || end > file->knownSize)) {
+    if (file->syncsCommits && !file->headerAwaitingSync && (file->knownSize < 0 || end > file->knownSize)
+        && atomic_load_explicit(&preallocationEnabled, memory_order_relaxed)) {
         preallocate(file, end);
     }
     return SQLITE_OK;
@@ -462,4 +466,8 @@ static void registerVFS(void) {
 const char *snapshotdb_vfs_name(void) {
     pthread_once(&registration, registerVFS);
     return registered ? snapshotdbVFS.zName : NULL;
+}
+
+void snapshotdb_vfs_set_preallocation(int enabled) {
+    atomic_store_explicit(&preallocationEnabled, enabled != 0, memory_order_relaxed);
 }

@@ -55,6 +55,12 @@ struct RunCommand: ParsableCommand {
             """)
     var litestream = false
 
+    @Option(
+        help: ArgumentHelp(
+            "Writer turns: automatic, on (even while Litestream replicates) or off. For experiments.",
+            visibility: .hidden))
+    var writerTurns = TurnsChoice.automatic
+
     func validate() throws {
         guard duration >= 5 else { throw ValidationError("--duration must be at least 5 seconds") }
         guard writers >= 1, readers >= 1 else {
@@ -153,6 +159,7 @@ struct RunCommand: ParsableCommand {
         // Writers of several processes queue on SQLite's write lock, whose busy handler is not
         // fair (it sleeps and retries): under this load one process can wait seconds.
         if processes > 0 { configuration.busyTimeout = WorkerProcessCommand.busyTimeout }
+        writerTurns.apply(to: &configuration)
         let database = try Database(path: path, configuration: configuration)
         // A view over the accounts, kept by every transfer; readers check it at each advance.
         // Registered before the bank is set up: every commit after the setup is one transfer.
@@ -222,6 +229,7 @@ struct RunCommand: ParsableCommand {
                         "worker-process", "--db", path, "--index", "\(index + 1)", "--duration",
                         "\(max(1, duration - control.elapsedSeconds))", "--seed", "\(seed)",
                         "--checkpoint-pages", "\(configuration.checkpointThresholdPages)",
+                        "--writer-turns", writerTurns.rawValue,
                     ]))
         }
         for thread in threads { thread.join() }

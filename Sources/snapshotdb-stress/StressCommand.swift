@@ -18,7 +18,7 @@ struct StressCommand: ParsableCommand {
             """,
         subcommands: [
             RunCommand.self, CrashChildCommand.self, PowerLossWorkloadCommand.self,
-            PowerLossCheckCommand.self, WorkerProcessCommand.self,
+            PowerLossCheckCommand.self, WorkerProcessCommand.self, ReplicaWriterCommand.self,
         ],
         defaultSubcommand: RunCommand.self)
 }

@@ -12,4 +12,9 @@
 // sqlite3_open_v2, or NULL when SQLite has no default VFS to wrap or registration failed.
 const char *snapshotdb_vfs_name(void);
 
+// Turns the WAL preallocation on (the default) or off for every WAL written from now on in this
+// process. Only for experiments that compare the two (Scripts/torn-replica-experiment.py): with
+// it off, the VFS writes exactly what SQLite writes, frame headers joined to their pages.
+void snapshotdb_vfs_set_preallocation(int enabled);
+
 #endif

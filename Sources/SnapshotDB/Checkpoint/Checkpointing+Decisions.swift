@@ -9,8 +9,9 @@ extension Configuration.Checkpointing {
 
     /// Whether writers of several processes take turns (``WriterTurns``): not while a replicator
     /// keeps the WAL. Litestream takes SQLite's write lock for its own checkpoints through the
-    /// busy handler, and turns leave it fewer moments to.
-    var writersTakeTurns: Bool { replicator == nil }
+    /// busy handler, and turns leave it fewer moments to. (An experiment can force them on:
+    /// ``Experiments/writerTurnsWhileReplicating``.)
+    var writersTakeTurns: Bool { replicator == nil || Experiments.writerTurnsWhileReplicating }
 
     /// Whether the last handle to close checkpoints (SQLite's checkpoint-on-close): it would
     /// reset a WAL the replicator keeps.

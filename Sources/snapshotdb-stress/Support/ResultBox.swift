@@ -10,4 +10,7 @@ final class ResultBox<Value: Sendable>: Sendable {
         get { storage.withLock { $0 } }
         set { storage.withLock { $0 = newValue } }
     }
+
+    /// Changes the value in place, under the lock (for results several workers add to).
+    func modify(_ change: (inout Value) -> Void) { storage.withLock { change(&$0) } }
 }

@@ -34,6 +34,9 @@ struct WorkerProcessCommand: ParsableCommand {
     @Option(help: "The WAL size past which a checkpoint is asked for, in pages.")
     var checkpointPages = 256
 
+    @Option(help: "Writer turns: automatic, on or off (the parent's --writer-turns).")
+    var writerTurns = TurnsChoice.automatic
+
     /// The busy timeout of every process of a multi-process run: writers of several processes
     /// queue on SQLite's write lock, whose busy handler is not fair (it sleeps and retries), so
     /// under this load one process can wait seconds.
@@ -43,6 +46,7 @@ struct WorkerProcessCommand: ParsableCommand {
         var configuration = Configuration()
         configuration.checkpointThresholdPages = checkpointPages
         configuration.busyTimeout = Self.busyTimeout
+        writerTurns.apply(to: &configuration)
         let database = try Database(path: db, configuration: configuration)
         try database.register(ViewChecks.views)
         try database.register(LitestreamRounds.index)
