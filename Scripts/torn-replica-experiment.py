@@ -29,12 +29,18 @@ commits fails it). A run is torn when any restore in it failed a check.
     python3 Scripts/torn-replica-experiment.py report results.jsonl
     python3 Scripts/torn-replica-experiment.py calibrate
 
+`run --arms stress,stress-turns-on` runs the reference arms instead: the stress run itself, as CI
+runs it (`--processes 2 --no-crash-rounds --litestream`, --stress-seconds), with its own checks,
+and with writer turns forced on (its hidden `--writer-turns on`), as when it saw them.
+
 `run` goes round the arms in a new random order each round (so the machine's load drifts
 over every arm alike) and appends one JSON line per run to --out, so a run can be stopped and
 continued. `report` prints each arm's torn runs with a Wilson 95% interval. `calibrate`
 measures each writer's WAL frames per commit without Litestream, so the plain writer's
 I/O can be compared with SnapshotDB's. Needs `litestream` on PATH and a built
-`snapshotdb-stress` (--stress, default .build/debug/snapshotdb-stress).
+`snapshotdb-stress` (--stress, default .build/debug/snapshotdb-stress; the release build for
+numbers). The runs of 2026-11-29 and what they show: Benchmarks/README.md, "Torn Litestream
+replicas", and Benchmarks/torn-replicas-2026-11-29.jsonl.
 """
 import argparse, json, math, os, random, shutil, signal, sqlite3, struct, subprocess, sys, threading, time
 
@@ -234,8 +240,9 @@ def one_stress_run(arm, seed, args):
     p = subprocess.run(command, capture_output=True, text=True)
     report = json.loads(p.stdout[p.stdout.index("{"):])
     litestream = report["litestream"]
-    return {"arm": arm, "seed": seed, "seconds": report["elapsedSeconds"], "restores": len(litestream["probeCommits"]),
+    return {"arm": arm, "seed": seed, "seconds": report["elapsedSeconds"], "restores": len(litestream["probeCommits"]) + len(litestream["tornRestores"]),
             "torn": [{"during": None, "problems": [problem]} for problem in litestream["tornRestores"]],
+            "tornRestores": len(litestream["tornRestores"]),
             "stayedTorn": litestream["replicaStayedTorn"], "failedRestores": [], "kills": litestream["kills"],
             "stops": litestream["stops"], "commits": report["commits"], "caughtUp": litestream.get("finalRestoreSeconds") is not None,
             "writerErrors": report["violations"], "source": []}
@@ -288,13 +295,15 @@ def one_run(arm, seed, args):
         result["restores"] += 1
         problems, commit = check_restore(out)
         if problems:
-            result["torn"].append({"during": during, "problems": problems, "commit": commit})
+            # Kept, with the run's directory, for a post-mortem.
+            result["torn"].append({"during": during, "problems": problems, "commit": commit, "file": out})
+            return None
         for suffix in ("", "-wal", "-shm"):
             try:
                 os.unlink(out + suffix)
             except FileNotFoundError:
                 pass
-        return commit if not problems else None
+        return commit
 
     rounds = 0
     while any(w.poll() is None for w in writers):
@@ -387,7 +396,7 @@ def report(args):
             continue
         n, k = len(mine), sum(1 for e in mine if e["torn"])
         low, high = wilson(k, n)
-        torn = sum(len(e["torn"]) for e in mine)
+        torn = sum(e.get("tornRestores", len(e["torn"])) for e in mine)
         restores = sum(e["restores"] for e in mine)
         rate = sum(e["commits"] for e in mine) / sum(e["seconds"] for e in mine)
         behind = sum(1 for e in mine if not e["caughtUp"])
@@ -401,7 +410,8 @@ def report(args):
                 kinds.setdefault((e["arm"], problem.split(":")[0], t["during"]), 0)
                 kinds[(e["arm"], problem.split(":")[0], t["during"])] += 1
     for (arm, kind, during), count in sorted(kinds.items()):
-        print("  %s: %d %s problem(s) in restores %s the writes" % (arm, count, kind, "during" if during else "after"))
+        when = "in the stress run's restores" if during is None else "in restores during the writes" if during else "in restores after the writes"
+        print("  %s: %d %s problem(s) %s" % (arm, count, kind, when))
 
 
 # MARK: Calibration
