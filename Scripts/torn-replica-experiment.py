@@ -29,6 +29,10 @@ commits fails it). A run is torn when any restore in it failed a check.
     python3 Scripts/torn-replica-experiment.py report results.jsonl
     python3 Scripts/torn-replica-experiment.py calibrate
 
+`run --arms snapshotdb-purge,plain-purge` runs SnapshotDB as it is and the plain writer with the
+history kept to 1,000 commits, so that both purge it (as SnapshotDB does past 10,000) for most
+of each run.
+
 `run --arms stress,stress-turns-on` runs the reference arms instead: the stress run itself, as CI
 runs it (`--processes 2 --no-crash-rounds --litestream`, --stress-seconds), with its own checks,
 and with writer turns forced on (its hidden `--writer-turns on`), as when it saw them.
@@ -45,6 +49,11 @@ replicas", and Benchmarks/torn-replicas-2026-11-29.jsonl.
 import argparse, json, math, os, random, shutil, signal, sqlite3, struct, subprocess, sys, threading, time
 
 ARMS = ["snapshotdb", "no-prealloc", "turns-on", "turns-off", "plain"]
+# SnapshotDB as it is and the plain writer with a history kept to 1,000 commits, so that both
+# purge it (SnapshotDB in steps of its own transactions, the plain writer as SnapshotDB does)
+# for most of each run, as the default 10,000 does only in runs past 10,000 commits.
+PURGE_ARMS = ["snapshotdb-purge", "plain-purge"]
+PURGE_RETENTION = 1000
 # The stress run itself (`snapshotdb-stress run --processes 2 --no-crash-rounds --litestream`), as
 # CI runs it, with its own workload, schedule and checks (SnapshotDB's open included): a
 # reference for whether the torn replicas it once saw come back on this machine at all.
@@ -124,6 +133,23 @@ def plain_transfer(c, r, name, maps, pages, index):
         raise
 
 
+def plain_purge(c, retention):
+    """SnapshotDB's history purge: one write transaction deleting at most 1,000 of the oldest
+    rows past the newest `retention` commits (HistoryPurger.step)."""
+    c.execute("BEGIN IMMEDIATE")
+    try:
+        newest = c.execute("SELECT max(number) FROM snapshotdb_history").fetchone()[0]
+        c.execute(
+            "DELETE FROM snapshotdb_history WHERE number IN (SELECT number FROM snapshotdb_history "
+            "WHERE number <= ? ORDER BY number LIMIT 1000)",
+            (newest - retention,),
+        )
+        c.execute("COMMIT")
+    except BaseException:
+        c.execute("ROLLBACK")
+        raise
+
+
 def plain_writer(args):
     stop = time.monotonic() + args.duration
     acknowledged, errors, lock = [], [], threading.Lock()
@@ -140,9 +166,14 @@ def plain_writer(args):
         name = "writer-%s-%d" % (args.name, number)
         mine = []
         try:
+            # SnapshotDB asks for a purge every min(256, retention / 8) commits.
+            interval = max(1, min(256, args.history_retention // 8))
             while time.monotonic() < stop:
                 with writer_lock:
-                    mine.append(plain_transfer(c, r, name, maps, pages, index))
+                    commit = plain_transfer(c, r, name, maps, pages, index)
+                    mine.append(commit)
+                    if commit % interval == 0 and commit > args.history_retention:
+                        plain_purge(c, args.history_retention)
         except Exception as error:  # reported in the JSON line
             errors.append("%s: %r" % (name, error))
         with lock:
@@ -204,6 +235,8 @@ def check_restore(path):
         return problems, commit
     except sqlite3.DatabaseError as error:
         return ["integrity: %s" % error], None
+    except Exception as error:  # a row or table missing: the restore is torn, not the driver
+        return ["content: %r" % (error,)], None
     finally:
         c.close()
 
@@ -212,11 +245,12 @@ def check_restore(path):
 
 
 class Litestream:
-    def __init__(self, config, log):
-        self.config, self.log, self.process = config, log, None
+    def __init__(self, config, log, processes):
+        self.config, self.log, self.process, self.processes = config, log, None, processes
 
     def start(self):
         self.process = subprocess.Popen(["litestream", "replicate", "-config", self.config], stdout=self.log, stderr=self.log)
+        self.processes.append(self.process)
 
     def stop(self, kill):
         ended = self.process.poll() is not None
@@ -238,6 +272,10 @@ def one_stress_run(arm, seed, args):
     command = [args.stress, "run", "--duration", str(args.stress_seconds), "--processes", "2", "--no-crash-rounds",
                "--litestream", "--json", "--seed", str(seed), "--writer-turns", "on" if arm == "stress-turns-on" else "automatic"]
     p = subprocess.run(command, capture_output=True, text=True)
+    if "{" not in p.stdout:
+        return {"arm": arm, "seed": seed, "seconds": args.stress_seconds, "restores": 0, "torn": [], "failedRestores": [],
+                "kills": 0, "stops": 0, "commits": 0, "caughtUp": False, "source": [],
+                "writerErrors": ["the stress run exited with %d: %s" % (p.returncode, p.stderr.strip()[-300:])]}
     report = json.loads(p.stdout[p.stdout.index("{"):])
     litestream = report["litestream"]
     return {"arm": arm, "seed": seed, "seconds": report["elapsedSeconds"], "restores": len(litestream["probeCommits"]) + len(litestream["tornRestores"]),
@@ -251,13 +289,25 @@ def one_stress_run(arm, seed, args):
 def one_run(arm, seed, args):
     if arm in REFERENCE_ARMS:
         return one_stress_run(arm, seed, args)
+    processes = []
+    try:
+        return one_experiment_run(arm, seed, args, processes)
+    finally:
+        # Whatever happened, nothing of the run outlives it.
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def one_experiment_run(arm, seed, args, processes):
     directory = os.path.join(args.work, "%s-%d" % (arm, seed))
     shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory)
     db = os.path.join(directory, "bank.sqlite")
     replica = os.path.join(directory, "replica")
     subprocess.run([args.stress, "replica-writer", "--db", db, "--create", "--accounts", str(ACCOUNTS)], check=True)
-    if arm == "plain":
+    if arm.startswith("plain"):
         c = sqlite3.connect(db)
         for trigger in ("insert", "update", "delete"):
             c.execute("DROP TRIGGER snapshotdb_external_" + trigger)  # SnapshotDB's connections run without them
@@ -266,20 +316,25 @@ def one_run(arm, seed, args):
     with open(config, "w") as f:
         f.write(f"dbs:\n  - path: {db}\n    replicas:\n      - url: file://{replica}\n        sync-interval: {SYNC_INTERVAL}\n    truncate-page-n: {TRUNCATE_PAGES}\n")
     log = open(os.path.join(directory, "litestream.log"), "w")
-    litestream = Litestream(config, log)
+    litestream = Litestream(config, log, processes)
     litestream.start()
     r = random.Random(seed)
     writers = []
     for n in range(3):
         common = ["--db", db, "--duration", str(args.seconds), "--writers", "2", "--seed", str(seed * 100 + n), "--name", "p%d" % n]
         common += ["--laggard"] if n == 0 else []
-        if arm == "plain":
+        common += ["--history-retention", str(PURGE_RETENTION if arm in PURGE_ARMS else 10000)]
+        if arm.startswith("plain"):
             command = [sys.executable, os.path.abspath(__file__), "plain-writer"] + common
         else:
             command = [args.stress, "replica-writer"] + common
             command += ["--no-preallocation"] if arm == "no-prealloc" else []
             command += ["--turns", {"turns-on": "on", "turns-off": "off"}.get(arm, "automatic")]
-        writers.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        # Output to files, read at the end: a pipe nobody reads could stall a writer.
+        out = open(os.path.join(directory, "writer-%d.out" % n), "w+")
+        err = open(os.path.join(directory, "writer-%d.err" % n), "w+")
+        writers.append((subprocess.Popen(command, stdout=out, stderr=err, text=True), out, err))
+        processes.append(writers[-1][0])
     result = {"arm": arm, "seed": seed, "seconds": args.seconds, "restores": 0, "torn": [], "failedRestores": [],
               "kills": 0, "stops": 0, "endedOnItsOwn": 0}
     restores = 0
@@ -306,9 +361,9 @@ def one_run(arm, seed, args):
         return commit
 
     rounds = 0
-    while any(w.poll() is None for w in writers):
+    while any(w.poll() is None for w, _, _ in writers):
         time.sleep(0.7 + r.random() * 1.3)
-        if not any(w.poll() is None for w in writers):
+        if not any(w.poll() is None for w, _, _ in writers):
             break
         if rounds % 3 == 0 or result["restores"] == 0:
             checked_restore(True)
@@ -319,10 +374,12 @@ def one_run(arm, seed, args):
             litestream.start()
         rounds += 1
     outputs = []
-    for w in writers:
-        out, err = w.communicate()
-        lines = [line for line in out.splitlines() if line.startswith("{")]
-        outputs.append(json.loads(lines[-1]) if lines else {"commits": 0, "last": 0, "errors": [err.strip()[-300:]]})
+    for w, out, err in writers:
+        w.wait()
+        out.seek(0)
+        err.seek(0)
+        lines = [line for line in out.read().splitlines() if line.startswith("{")]
+        outputs.append(json.loads(lines[-1]) if lines else {"commits": 0, "last": 0, "errors": [err.read().strip()[-300:]]})
     result["commits"] = sum(o["commits"] for o in outputs)
     result["writerErrors"] = [e for o in outputs for e in o["errors"]]
     last = max(o["last"] for o in outputs)
@@ -337,7 +394,7 @@ def one_run(arm, seed, args):
     litestream.stop(False)
     log.close()
     result["source"], _ = check_restore(db)
-    if not result["torn"] and not result["source"] and not result["writerErrors"]:
+    if not result["torn"] and not result["source"] and not result["writerErrors"] and not result["failedRestores"]:
         shutil.rmtree(directory, ignore_errors=True)
     return result
 
@@ -388,9 +445,9 @@ def wilson(k, n, z=1.959964):
 
 def report(args):
     entries = [json.loads(line) for line in open(args.results)]
-    print("| arm | runs | torn runs | rate (95% interval) | torn restores / restores | commits/s | not caught up | writer errors |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|")
-    for arm in ARMS + REFERENCE_ARMS:
+    print("| arm | runs | torn runs | rate (95% interval) | torn restores / restores | failed restores | commits/s | not caught up | writer errors |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    for arm in ARMS + PURGE_ARMS + REFERENCE_ARMS:
         mine = [e for e in entries if e["arm"] == arm]
         if not mine:
             continue
@@ -401,8 +458,9 @@ def report(args):
         rate = sum(e["commits"] for e in mine) / sum(e["seconds"] for e in mine)
         behind = sum(1 for e in mine if not e["caughtUp"])
         errors = sum(1 for e in mine if e["writerErrors"])
-        print("| %s | %d | %d | %.1f%% (%.1f–%.1f%%) | %d / %d | %.0f | %d | %d |" % (
-            arm, n, k, 100 * k / n, 100 * low, 100 * high, torn, restores, rate, behind, errors))
+        failed = sum(len(e["failedRestores"]) for e in mine)
+        print("| %s | %d | %d | %.1f%% (%.1f–%.1f%%) | %d / %d | %d | %.0f | %d | %d |" % (
+            arm, n, k, 100 * k / n, 100 * low, 100 * high, torn, restores, failed, rate, behind, errors))
     kinds = {}
     for e in entries:
         for t in e["torn"]:
@@ -420,6 +478,7 @@ def report(args):
 def calibrate(args):
     """Each writer's WAL frames per commit, by table, with a reader pinning the WAL so that no
     frame is reused (one process, one writer, 3 s, no Litestream)."""
+    perCommit = {}
     for arm in ("snapshotdb", "plain"):
         directory = os.path.join(args.work, "calibrate-" + arm)
         shutil.rmtree(directory, ignore_errors=True)
@@ -438,7 +497,8 @@ def calibrate(args):
             command = [sys.executable, os.path.abspath(__file__), "plain-writer"] + common
         else:
             command = [args.stress, "replica-writer", "--no-preallocation"] + common
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        # (The pinned WAL makes SnapshotDB's checkpoint monitor warn, as it should: not shown.)
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(db + "-wal", "rb") as f:
             wal = f.read()
         pin.execute("COMMIT")
@@ -453,9 +513,14 @@ def calibrate(args):
                 break
             frames[owner.get(page, "?")] = frames.get(owner.get(page, "?"), 0) + 1
             offset += 24 + 4096
-        print("%s: %d commits, %.2f WAL frames per commit" % (arm, commits, sum(frames.values()) / commits))
+        perCommit[arm] = sum(frames.values()) / commits
+        print("%s: %d commits, %.2f WAL frames per commit" % (arm, commits, perCommit[arm]))
         for name, count in sorted(frames.items(), key=lambda item: -item[1]):
             print("    %-52s %.2f" % (name, count / commits))
+    # The plain arm stands for SnapshotDB's I/O only while it writes as many pages a commit.
+    if abs(perCommit["plain"] / perCommit["snapshotdb"] - 1) > 0.15:
+        sys.exit("calibrate: the plain writer writes %.2f frames a commit, SnapshotDB %.2f: more than 15%% apart"
+                 % (perCommit["plain"], perCommit["snapshotdb"]))
 
 
 def main():
@@ -481,6 +546,7 @@ def main():
     w.add_argument("--laggard", action="store_true")
     w.add_argument("--seed", type=int, default=1)
     w.add_argument("--name", default="p0")
+    w.add_argument("--history-retention", type=int, default=10000)
     args = parser.parse_args()
     if args.command == "run":
         args.stress = os.path.abspath(args.stress)

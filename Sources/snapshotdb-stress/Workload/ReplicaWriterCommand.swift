@@ -47,12 +47,16 @@ struct ReplicaWriterCommand: ParsableCommand {
     @Option(help: "Writer turns: automatic, on or off.")
     var turns = TurnsChoice.automatic
 
+    @Option(help: "The newest commits the history keeps (SnapshotDB's purge), 10,000 by default.")
+    var historyRetention = HistoryRetention().commits
+
     func run() throws {
         Experiments.setWALPreallocation(preallocation)
         var configuration = Configuration()
         configuration.busyTimeout = WorkerProcessCommand.busyTimeout
         configuration.checkpointThresholdPages = 256
         turns.apply(to: &configuration)
+        configuration.historyRetention.commits = historyRetention
         let database = try Database(path: db, configuration: configuration)
         try database.register(ViewChecks.views)
         try database.register(LitestreamRounds.index)
