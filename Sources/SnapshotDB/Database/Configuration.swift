@@ -84,7 +84,7 @@ public struct Configuration: Sendable {
     /// through the busy handler, and turns leave it fewer moments to get it. (The stress run once
     /// saw replicas that Litestream tore in 4 of 29 runs with turns, 1 of about 74 without; an
     /// experiment with one driver for every arm then found none in 50 runs with turns forced
-    /// on, and no arm worse than plain SQLite: see <doc:Litestream>.)
+    /// on, and no arm measurably worse than plain SQLite: see <doc:Litestream>.)
     public var writerTurns: Bool = true
 
     /// ``busyTimeout`` in the milliseconds `sqlite3_busy_timeout` takes, clamped to its range.

@@ -47,7 +47,7 @@ internal import struct Synchronization.Atomic
 /// handler, and writers that hand the lock to each other without a gap leave it fewer moments.
 /// (The stress run once saw replicas Litestream tore in 4 of 29 runs with turns, 1 of about
 /// 74 without; the torn-replica experiment found none in 50 runs with turns forced on, and no
-/// arm of SnapshotDB's worse than plain SQLite: see <doc:Litestream>.)
+/// arm of SnapshotDB's measurably worse than plain SQLite: see <doc:Litestream>.)
 ///
 /// **What it does not change.** SQLite's write lock still decides who writes: the turn is
 /// only an order among SnapshotDB processes, and `BEGIN IMMEDIATE` follows it with SQLite's
