@@ -205,6 +205,25 @@ def plain_writer(args):
     sys.exit(1 if errors else 0)
 
 
+def drop_triggers(c):
+    """Drops SnapshotDB's foreign-write triggers for the plain writer: SnapshotDB's own
+    connections run without them, so the plain writer must too to write the same pages."""
+    for trigger in ("insert", "update", "delete"):
+        c.execute("DROP TRIGGER snapshotdb_external_" + trigger)
+
+
+def writer_command(arm, stress, db, name, seed, duration, writers, laggard=False, retention=10000):
+    """The command of one writer process of `arm`: the plain writer, or `replica-writer` with
+    the arm's switches."""
+    common = ["--db", db, "--duration", str(duration), "--writers", str(writers), "--seed", str(seed), "--name", name]
+    common += ["--history-retention", str(retention)] + (["--laggard"] if laggard else [])
+    if arm.startswith("plain"):
+        return [sys.executable, os.path.abspath(__file__), "plain-writer"] + common
+    command = [stress, "replica-writer"] + common
+    command += ["--no-preallocation"] if arm == "no-prealloc" else []
+    return command + ["--turns", {"turns-on": "on", "turns-off": "off"}.get(arm, "automatic")]
+
+
 # MARK: Restore checks
 
 
@@ -309,8 +328,7 @@ def one_experiment_run(arm, seed, args, processes):
     subprocess.run([args.stress, "replica-writer", "--db", db, "--create", "--accounts", str(ACCOUNTS)], check=True)
     if arm.startswith("plain"):
         c = sqlite3.connect(db)
-        for trigger in ("insert", "update", "delete"):
-            c.execute("DROP TRIGGER snapshotdb_external_" + trigger)  # SnapshotDB's connections run without them
+        drop_triggers(c)
         c.close()
     config = os.path.join(directory, "litestream.yml")
     with open(config, "w") as f:
@@ -321,15 +339,9 @@ def one_experiment_run(arm, seed, args, processes):
     r = random.Random(seed)
     writers = []
     for n in range(3):
-        common = ["--db", db, "--duration", str(args.seconds), "--writers", "2", "--seed", str(seed * 100 + n), "--name", "p%d" % n]
-        common += ["--laggard"] if n == 0 else []
-        common += ["--history-retention", str(PURGE_RETENTION if arm in PURGE_ARMS else 10000)]
-        if arm.startswith("plain"):
-            command = [sys.executable, os.path.abspath(__file__), "plain-writer"] + common
-        else:
-            command = [args.stress, "replica-writer"] + common
-            command += ["--no-preallocation"] if arm == "no-prealloc" else []
-            command += ["--turns", {"turns-on": "on", "turns-off": "off"}.get(arm, "automatic")]
+        command = writer_command(
+            arm, args.stress, db, "p%d" % n, seed * 100 + n, args.seconds, writers=2, laggard=n == 0,
+            retention=PURGE_RETENTION if arm in PURGE_ARMS else 10000)
         # Output to files, read at the end: a pipe nobody reads could stall a writer.
         out = open(os.path.join(directory, "writer-%d.out" % n), "w+")
         err = open(os.path.join(directory, "writer-%d.err" % n), "w+")
@@ -421,9 +433,12 @@ def run(args):
                 arm, number + 1, result["restores"], result["commits"], len(result["torn"]),
                 "" if result["caughtUp"] else ", NOT CAUGHT UP"), flush=True)
             # A torn replica (and a replica torn to the end) is what the experiment counts. A writer's
-            # error, a damaged source database, or a sound replica that never catches up fails.
+            # error, a damaged source database, a Litestream that ended on its own (as in the
+            # stress run), or a sound replica that never catches up fails.
             for problem in result["writerErrors"] + result["source"]:
                 failed.append("%s run %d: %s" % (arm, number + 1, problem))
+            if result.get("endedOnItsOwn"):
+                failed.append("%s run %d: Litestream ended on its own %d time(s)" % (arm, number + 1, result["endedOnItsOwn"]))
             if not result["caughtUp"] and not result["torn"]:
                 failed.append("%s run %d: the replica never held the last acknowledged commit" % (arm, number + 1))
     for line in failed:
@@ -487,16 +502,12 @@ def calibrate(args):
         subprocess.run([args.stress, "replica-writer", "--db", db, "--create"], check=True)
         pin = sqlite3.connect(db, isolation_level=None)
         if arm == "plain":
-            for trigger in ("insert", "update", "delete"):
-                pin.execute("DROP TRIGGER snapshotdb_external_" + trigger)
+            drop_triggers(pin)
         before = pin.execute("SELECT max(number) FROM snapshotdb_history").fetchone()[0]
         pin.execute("BEGIN")
         pin.execute("SELECT count(*) FROM snapshotdb_values").fetchone()
-        common = ["--db", db, "--duration", "3", "--writers", "1", "--seed", "7", "--name", "p0"]
-        if arm == "plain":
-            command = [sys.executable, os.path.abspath(__file__), "plain-writer"] + common
-        else:
-            command = [args.stress, "replica-writer", "--no-preallocation"] + common
+        # Without the preallocation, so that the WAL's size is its frames.
+        command = writer_command("plain" if arm == "plain" else "no-prealloc", args.stress, db, "p0", 7, 3, writers=1)
         # (The pinned WAL makes SnapshotDB's checkpoint monitor warn, as it should: not shown.)
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(db + "-wal", "rb") as f:

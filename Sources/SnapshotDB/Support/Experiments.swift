@@ -20,8 +20,9 @@ public enum Experiments {
     }
 
     /// Whether writers of several processes take turns even while a replicator keeps the WAL,
-    /// as every multi-process writer did before the stress run saw torn replicas (``Configuration/writerTurns`` must be on too). Off by default:
-    /// see `Configuration.Checkpointing.writersTakeTurns`.
+    /// as every multi-process writer did before the stress run saw torn replicas
+    /// (``Configuration/writerTurns`` must be on too). Off by default: see
+    /// `Configuration.Checkpointing.writersTakeTurns`.
     public static var writerTurnsWhileReplicating: Bool {
         get { turnsWhileReplicating.load(ordering: .relaxed) }
         set { turnsWhileReplicating.store(newValue, ordering: .relaxed) }

@@ -69,7 +69,8 @@ struct ReplicaWriterCommand: ParsableCommand {
         guard let bank = try Bank.load(setup) else { throw StressError("\(db) holds no bank") }
         let control = RunControl(duration: .seconds(duration))
         let violations = Violations()
-        let results = ResultBox<[UInt64]>([])
+        // Commits acknowledged, and the last of them.
+        let results = ResultBox<(commits: Int, last: UInt64)>((0, 0))
         var threads: [WorkerThread] = []
         for number in 0..<writers {
             let connection = database.newConnection(name: "writer-\(name)-\(number)")
@@ -77,21 +78,25 @@ struct ReplicaWriterCommand: ParsableCommand {
             threads.append(
                 WorkerThread(name: connection.name) {
                     var random = SplitMix64(seed: writerSeed)
-                    var acknowledged: [UInt64] = []
+                    var acknowledged = (commits: 0, last: UInt64(0))
                     do {
                         while control.shouldContinue {
                             if let transfer = try Bank.transfer(
                                 on: connection, bank: bank, writer: connection.name, variant: .plain,
                                 using: &random)
                             {
-                                acknowledged.append(transfer.commit)
+                                acknowledged = (
+                                    acknowledged.commits + 1, max(acknowledged.last, transfer.commit)
+                                )
                             }
                         }
                     } catch {
                         violations.record("\(connection.name): \(error)")
                         control.stop()
                     }
-                    results.modify { $0 += acknowledged }
+                    results.modify {
+                        $0 = ($0.commits + acknowledged.commits, max($0.last, acknowledged.last))
+                    }
                 })
         }
         for holds in laggard ? [false, true] : [false] {
@@ -113,7 +118,7 @@ struct ReplicaWriterCommand: ParsableCommand {
         try database.close()
         let acknowledged = results.value
         let line: [String: Any] = [
-            "commits": acknowledged.count, "last": acknowledged.max() ?? 0, "errors": violations.messages,
+            "commits": acknowledged.commits, "last": acknowledged.last, "errors": violations.messages,
         ]
         let json = try JSONSerialization.data(withJSONObject: line, options: [.sortedKeys])
         print(String(decoding: json, as: UTF8.self))
